@@ -1,0 +1,1 @@
+"""rankscope: why did my multi-node training job slow down or die?"""

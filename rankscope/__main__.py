@@ -1,0 +1,3 @@
+from rankscope.cli import main
+
+main()

@@ -1,0 +1,239 @@
+"""``rankscope``: the command line. Each command builds typed component configs and runs them."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from rankscope.settings import Settings
+
+app = typer.Typer(
+    help="rankscope: why did my multi-node training job slow down or die?",
+    no_args_is_help=True,
+    add_completion=False,
+)
+services_app = typer.Typer(help="Start, stop and inspect the local Kafka broker and ClickHouse engine.")
+app.add_typer(services_app, name="services")
+console = Console()
+err = Console(stderr=True)
+
+BootstrapOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--bootstrap",
+        envvar="RANKSCOPE_BOOTSTRAP",
+        help="Kafka bootstrap servers. Omit to use (and start) the local broker.",
+    ),
+]
+ClickHouseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--clickhouse-url",
+        envvar="RANKSCOPE_CLICKHOUSE_URL",
+        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path). Omit for the local engine.",
+    ),
+]
+HomeOpt = Annotated[
+    Path,
+    typer.Option("--home", envvar="RANKSCOPE_HOME", help="State directory (data, logs, pids)."),
+]
+PrefixOpt = Annotated[
+    str, typer.Option("--topic-prefix", envvar="RANKSCOPE_TOPIC_PREFIX", help="Topic namespace.")
+]
+DatabaseOpt = Annotated[
+    str, typer.Option("--database", envvar="RANKSCOPE_DATABASE", help="ClickHouse database.")
+]
+
+
+def _settings(
+    home: Path,
+    bootstrap: str | None = None,
+    clickhouse_url: str | None = None,
+    prefix: str = "rankscope",
+    database: str = "rankscope",
+) -> Settings:
+    return Settings(
+        home=home,
+        bootstrap=bootstrap,
+        clickhouse_url=clickhouse_url,
+        topic_prefix=prefix,
+        database=database,
+    )
+
+
+# -- services ------------------------------------------------------------------------------
+@services_app.command("up")
+def services_up(
+    home: HomeOpt = Path(".rankscope"),
+    bootstrap: BootstrapOpt = None,
+    clickhouse_url: ClickHouseOpt = None,
+) -> None:
+    """Start the local broker and engine (left running; stop with `services down`)."""
+    from rankscope.services import ServiceManager
+
+    eps = ServiceManager(home).up(
+        kafka_bootstrap=bootstrap, clickhouse_url=clickhouse_url, progress=err.print
+    )
+    console.print(f"kafka      {eps.kafka_bootstrap}\nclickhouse {eps.clickhouse_url}")
+
+
+@services_app.command("down")
+def services_down(home: HomeOpt = Path(".rankscope")) -> None:
+    """Stop what `services up` started."""
+    from rankscope.services import ServiceManager
+
+    ServiceManager(home).down()
+    console.print("stopped")
+
+
+@services_app.command("status")
+def services_status(home: HomeOpt = Path(".rankscope")) -> None:
+    """Show what is running and whether it answers."""
+    from rankscope.services import ServiceManager
+
+    console.print_json(json.dumps(ServiceManager(home).status(), default=str))
+
+
+# -- pipeline stages ---------------------------------------------------------------------
+@app.command()
+def worker(
+    bootstrap: Annotated[str, typer.Option("--bootstrap", envvar="RANKSCOPE_BOOTSTRAP")],
+    home: HomeOpt = Path(".rankscope"),
+    prefix: PrefixOpt = "rankscope",
+    log_level: str = "warn",
+) -> None:
+    """Run a faust stream worker (validate, windows) in the foreground."""
+    from streams.app import run_worker
+
+    cfg = _settings(home, bootstrap, prefix=prefix).streams(bootstrap)
+    run_worker(cfg.model_copy(update={"log_level": log_level}))
+
+
+@app.command()
+def sink(
+    bootstrap: Annotated[str, typer.Option("--bootstrap", envvar="RANKSCOPE_BOOTSTRAP")],
+    clickhouse_url: Annotated[
+        str, typer.Option("--clickhouse-url", envvar="RANKSCOPE_CLICKHOUSE_URL")
+    ],
+    home: HomeOpt = Path(".rankscope"),
+    prefix: PrefixOpt = "rankscope",
+    database: DatabaseOpt = "rankscope",
+) -> None:
+    """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
+    from sinks.kafka_sink import run_sink
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stats = run_sink(_settings(home, bootstrap, clickhouse_url, prefix, database).sink(bootstrap, clickhouse_url))
+    err.print(f"sink stopped: {stats}")
+
+
+@app.command()
+def migrate(
+    clickhouse_url: ClickHouseOpt = None,
+    home: HomeOpt = Path(".rankscope"),
+    database: DatabaseOpt = "rankscope",
+) -> None:
+    """Apply pending ClickHouse migrations (safe to run twice)."""
+    from sinks.clickhouse import connect
+    from sinks.clickhouse import migrate as run_migrations
+
+    url = clickhouse_url or _local_clickhouse_url(home)
+    applied = run_migrations(connect(url), database)
+    console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
+
+
+@app.command()
+def query(
+    sql: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT count() FROM rankscope.spans\"")],
+    clickhouse_url: ClickHouseOpt = None,
+    home: HomeOpt = Path(".rankscope"),
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+) -> None:
+    """Run SQL against the pipeline's ClickHouse (the local engine when no URL is given)."""
+    from sinks.clickhouse import connect
+
+    url = clickhouse_url or _local_clickhouse_url(home)
+    result = connect(url).query(sql)
+    names = list(result.column_names)
+    if fmt == "json":
+        console.print_json(json.dumps([dict(zip(names, r, strict=True)) for r in result.result_rows], default=str))
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(names)
+        w.writerows(result.result_rows)
+    else:
+        table = Table(*names)
+        for r in result.result_rows:
+            table.add_row(*("" if v is None else str(v) for v in r))
+        console.print(table)
+
+
+def _local_clickhouse_url(home: Path) -> str:
+    """The running local engine's URL, or the embedded engine on its data directory."""
+    from rankscope.services import ServiceManager
+
+    status = ServiceManager(home).status()
+    ch = status.get("clickhouse") or {}
+    if ch.get("running") and ch.get("endpoint"):
+        return str(ch["endpoint"])
+    data = (home / "data" / "clickhouse").resolve()
+    if not data.exists():
+        raise typer.BadParameter(
+            f"no ClickHouse data under {data}: run `rankscope demo` first or pass --clickhouse-url"
+        )
+    return f"chdb://{data}"
+
+
+# -- demo ----------------------------------------------------------------------------------
+@app.command()
+def demo(
+    ranks: Annotated[int, typer.Option(help="Simulated ranks (GPUs).")] = 16,
+    duration: Annotated[float, typer.Option(help="Simulated job length, seconds of event time.")] = 120.0,
+    seed: int = 7,
+    speed: Annotated[float, typer.Option(help="Playback speed; 0 = as fast as possible.")] = 0.0,
+    home: HomeOpt = Path(".rankscope"),
+    bootstrap: BootstrapOpt = None,
+    clickhouse_url: ClickHouseOpt = None,
+    prefix: PrefixOpt = "rankscope",
+    database: DatabaseOpt = "rankscope",
+    keep_services: Annotated[
+        bool, typer.Option(help="Leave the local broker and engine running afterwards.")
+    ] = False,
+) -> None:
+    """Simulate a multi-rank job through the whole pipeline and print what was stored."""
+    from rankscope.demo import DemoOptions, run_demo
+
+    opts = DemoOptions(
+        ranks=ranks,
+        duration_s=duration,
+        seed=seed,
+        speed=speed,
+        keep_services=keep_services,
+    )
+    code = run_demo(_settings(home, bootstrap, clickhouse_url, prefix, database), opts, console)
+    raise typer.Exit(code)
+
+
+@app.command("schemas-export")
+def schemas_export() -> None:
+    """Rewrite the committed JSON Schema files from the pydantic models."""
+    from schemas.export import main as export_main
+
+    raise typer.Exit(export_main())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,234 @@
+"""``rankscope demo``: a simulated multi-rank job through the real pipeline, then a summary.
+
+Services -> topics -> migrations -> stream worker + sink processes -> simulator publishes ->
+wait until both consumer groups have committed everything -> summary from ClickHouse SQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from confluent_kafka import Producer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from collectors.publisher import Publisher
+from collectors.simulator import SimulationConfig, pace, simulate
+from rankscope.kafka_admin import create_pipeline_topics
+from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.settings import Settings
+from schemas.events import Event
+from sinks.clickhouse import connect, migrate
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    ranks: int = 16
+    duration_s: float = 120.0
+    seed: int = 7
+    speed: float = 0.0
+    keep_services: bool = False
+    inject_bad_records: bool = True
+    drain_timeout_s: float = 300.0
+
+
+#: Records a buggy collector might send; the validate stage must dead-letter each with a reason.
+BAD_RECORDS: list[tuple[str, bytes]] = [
+    ("not JSON", b"GPU0 util=97% temp=71C"),
+    ("unknown schema", json.dumps({"schema": "gpu_sample/9", "kind": "gpu_sample"}).encode()),
+    (
+        "missing required fields",
+        json.dumps({"schema": "heartbeat/1", "kind": "heartbeat", "cluster": "sim"}).encode(),
+    ),
+]
+
+
+@contextlib.contextmanager
+def _services(settings: Settings, keep: bool, console: Console) -> Iterator[tuple[str, str]]:
+    from rankscope.services import ServiceManager, local_services
+
+    if keep:
+        eps = ServiceManager(settings.home).up(
+            kafka_bootstrap=settings.bootstrap,
+            clickhouse_url=settings.clickhouse_url,
+            progress=console.print,
+        )
+        yield eps.kafka_bootstrap, eps.clickhouse_url
+        return
+    with local_services(
+        settings.home,
+        kafka_bootstrap=settings.bootstrap,
+        clickhouse_url=settings.clickhouse_url,
+        progress=console.print,
+    ) as eps:
+        yield eps.kafka_bootstrap, eps.clickhouse_url
+
+
+def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    sim = SimulationConfig(ranks=opts.ranks, duration_s=opts.duration_s, seed=opts.seed)
+    job_id = f"{sim.job_id}-s{opts.seed}-{int(time.time())}"
+    sim = sim.model_copy(update={"job_id": job_id})
+    t0 = time.monotonic()
+    with _services(settings, opts.keep_services, console) as (bootstrap, ch_url):
+        console.print(f"[bold]kafka[/] {bootstrap}   [bold]clickhouse[/] {ch_url}")
+        create_pipeline_topics(bootstrap, settings_topics(settings), settings.partitions)
+        client = connect(ch_url)
+        migrate(client, settings.database)
+        cfg = PipelineConfig(
+            bootstrap=bootstrap,
+            clickhouse_url=ch_url,
+            topic_prefix=settings.topic_prefix,
+            database=settings.database,
+            home=settings.home,
+        )
+        with Pipeline(cfg) as pipeline:
+            produced = _publish(settings, bootstrap, sim, opts, console)
+            bad = _inject_bad(settings, bootstrap, job_id) if opts.inject_bad_records else 0
+            _wait(pipeline, opts, console)
+        report = _summary(client, settings.database, job_id, produced, bad, console)
+        path = settings.home / "reports" / f"{job_id}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(report)
+        console.print(f"\nreport written to [bold]{path}[/]   ({time.monotonic() - t0:.1f}s in all)")
+    return 0
+
+
+def settings_topics(settings: Settings):  # type: ignore[no-untyped-def]
+    from schemas.topics import Topics
+
+    return Topics(settings.topic_prefix)
+
+
+def _publish(
+    settings: Settings, bootstrap: str, sim: SimulationConfig, opts: DemoOptions, console: Console
+) -> Counter[str]:
+    events: list[Event] = list(simulate(sim))
+    counts: Counter[str] = Counter(e.kind for e in events)
+    with (
+        Publisher(settings.publisher(bootstrap)) as pub,
+        Progress(
+            TextColumn("[bold]publishing[/] {task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed:,}/{task.total:,} events"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress,
+    ):
+        pub.check_connection()
+        task = progress.add_task(f"{sim.ranks} ranks x {sim.duration_s:g}s", total=len(events))
+        chunk: list[Event] = []
+        for ev in pace(events, opts.speed):
+            chunk.append(ev)
+            if len(chunk) >= 2000:
+                pub.publish(chunk)
+                progress.advance(task, len(chunk))
+                chunk = []
+        pub.publish(chunk)
+        progress.advance(task, len(chunk))
+        pub.flush(60)
+    return counts
+
+
+def _inject_bad(settings: Settings, bootstrap: str, job_id: str) -> int:
+    """Send malformed records with a bare producer, as a broken collector would."""
+    topic = settings_topics(settings).raw("gpu_sample")
+    p = Producer({"bootstrap.servers": bootstrap})
+    for _, value in BAD_RECORDS:
+        p.produce(topic, key=job_id.encode(), value=value)
+    p.flush(30)
+    return len(BAD_RECORDS)
+
+
+def _wait(pipeline: Pipeline, opts: DemoOptions, console: Console) -> None:
+    with console.status("processing: waiting for the stream worker and the sink to drain") as st:
+
+        def show(worker_lag: int, sink_lag: int) -> None:
+            st.update(f"processing: worker lag {worker_lag:,} records, sink lag {sink_lag:,}")
+
+        pipeline.wait_drained(opts.drain_timeout_s, on_poll=show)
+
+
+def _summary(
+    client, database: str, job_id: str, produced: Counter[str], bad: int, console: Console
+) -> str:  # type: ignore[no-untyped-def]
+    db = database
+    tables = {
+        "span": "spans",
+        "gpu_sample": "gpu_samples",
+        "gpu_event": "gpu_events",
+        "heartbeat": "heartbeats",
+        "scheduler_event": "scheduler_events",
+    }
+    md: list[str] = [f"# rankscope demo: job `{job_id}`", ""]
+
+    t = Table(title=f"events of job {job_id}")
+    for c in ("kind", "produced", "stored (distinct)", "table"):
+        t.add_column(c, justify="right" if c != "kind" else "left")
+    md += ["| kind | produced | stored | table |", "|---|---:|---:|---|"]
+    total_stored = 0
+    for kind, table in tables.items():
+        stored = client.query(
+            f"SELECT count() FROM {db}.{table} FINAL WHERE job_id = %(j)s", parameters={"j": job_id}
+        ).result_rows[0][0]
+        total_stored += stored
+        t.add_row(kind, f"{produced.get(kind, 0):,}", f"{stored:,}", f"{db}.{table}")
+        md.append(f"| {kind} | {produced.get(kind, 0):,} | {stored:,} | `{db}.{table}` |")
+    total = sum(produced.values())
+    t.add_row("[bold]total", f"[bold]{total:,}", f"[bold]{total_stored:,}", "")
+    console.print(t)
+    md.append(f"| **total** | **{total:,}** | **{total_stored:,}** | |")
+
+    dl = client.query(
+        f"SELECT reason_code, count(), any(reason) FROM {db}.deadletter FINAL "
+        "WHERE job_id = %(j)s OR (job_id = '' AND source_topic LIKE '%%.raw.%%') "
+        "GROUP BY reason_code ORDER BY reason_code",
+        parameters={"j": job_id},
+    ).result_rows
+    d = Table(title=f"dead letters ({bad} malformed records injected)")
+    for c in ("reason", "count", "example"):
+        d.add_column(c)
+    md += ["", f"## Dead letters ({bad} malformed records injected)", ""]
+    for code, n, reason in dl:
+        d.add_row(code, str(n), reason)
+        md.append(f"- **{code}** x{n}: {reason}")
+    console.print(d)
+
+    w = client.query(
+        f"SELECT rank, any(node), count(), sum(step_count), round(avg(step_time_mean_s), 3), "
+        f"round(avg(gpu_util_mean_pct), 1) FROM {db}.rank_windows FINAL WHERE job_id = %(j)s "
+        "GROUP BY rank ORDER BY rank",
+        parameters={"j": job_id},
+    ).result_rows
+    wt = Table(title="event-time windows per rank (5 s tumbling)")
+    for c in ("rank", "node", "windows", "steps", "mean step s", "mean GPU util %"):
+        wt.add_column(c, justify="right")
+    md += ["", "## Windows per rank", "", "| rank | node | windows | steps | mean step s | GPU util % |"]
+    md.append("|---:|---|---:|---:|---:|---:|")
+    for r in w:
+        wt.add_row(*(str(x) for x in r))
+        md.append("| " + " | ".join(str(x) for x in r) + " |")
+    console.print(wt)
+
+    hints = [
+        f"rankscope query \"SELECT rank, avg(duration_s) FROM {db}.spans FINAL "
+        f"WHERE job_id='{job_id}' AND phase='collective' GROUP BY rank ORDER BY rank\"",
+        f"rankscope query \"SELECT reason_code, reason FROM {db}.deadletter FINAL\"",
+        f"rankscope query \"SELECT * FROM {db}.rank_windows FINAL WHERE job_id='{job_id}' "
+        "ORDER BY window_start_ns, rank LIMIT 20\"",
+    ]
+    console.print("\n[bold]Look further with SQL:[/]")
+    for h in hints:
+        console.print(f"  {h}", soft_wrap=True)
+    md += ["", "## Look further with SQL", "", *[f"    {h}" for h in hints], ""]
+    return "\n".join(md)
+
+
+__all__ = ["BAD_RECORDS", "DemoOptions", "Path", "run_demo"]

@@ -1,0 +1,95 @@
+"""Small Kafka admin helpers the orchestration layer needs: topics and consumer-group lag."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from schemas.topics import Topics
+
+RAW_TOPIC_CONFIG = {
+    # Let oversized records reach the validate stage, which dead-letters them with a reason
+    # instead of the producer getting an opaque broker error.
+    "max.message.bytes": str(8 * 1024 * 1024),
+}
+
+
+def create_pipeline_topics(
+    bootstrap: str, topics: Topics, partitions: int = 4, timeout_s: float = 30.0
+) -> None:
+    """Create every topic of the pipeline (idempotent) and wait until metadata shows them."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    wanted = {
+        name: NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=-1,
+            config=RAW_TOPIC_CONFIG if name in topics.all_raw else {"max.message.bytes": "8388608"},
+        )
+        for name in topics.all
+    }
+    existing = set(admin.list_topics(timeout=timeout_s).topics)
+    missing = [t for n, t in wanted.items() if n not in existing]
+    if missing:
+        for name, fut in admin.create_topics(missing, request_timeout=timeout_s).items():
+            try:
+                fut.result()
+            except KafkaException as exc:
+                if exc.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS
+                    raise RuntimeError(f"could not create topic {name}: {exc}") from exc
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        md = admin.list_topics(timeout=timeout_s)
+        if all(n in md.topics and md.topics[n].error is None for n in wanted):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"topics did not appear within {timeout_s}s: {sorted(wanted)}")
+
+
+def group_lag(bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float = 10) -> int:
+    """Records on ``topic_names`` not yet committed by ``group_id`` (uncommitted = all)."""
+    probe = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "client.id": f"rankscope-lag-{uuid.uuid4().hex[:6]}",
+        }
+    )
+    try:
+        md = probe.list_topics(timeout=timeout_s)
+        tps = [
+            TopicPartition(t, p)
+            for t in topic_names
+            if t in md.topics
+            for p in md.topics[t].partitions
+        ]
+        committed = probe.committed(tps, timeout=timeout_s)
+        lag = 0
+        for tp in committed:
+            low, high = probe.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            pos = tp.offset if tp.offset >= 0 else low
+            lag += max(0, high - pos)
+        return lag
+    finally:
+        probe.close()
+
+
+def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float = 10) -> int:
+    """Records currently in ``topic_names`` (high minus low watermark over partitions)."""
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-count"})
+    try:
+        md = probe.list_topics(timeout=timeout_s)
+        total = 0
+        for t in topic_names:
+            if t not in md.topics:
+                continue
+            for p in md.topics[t].partitions:
+                low, high = probe.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
+                total += high - low
+        return total
+    finally:
+        probe.close()

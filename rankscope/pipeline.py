@@ -1,0 +1,180 @@
+"""Run the pipeline's processes (stream worker, ClickHouse sink) and wait for them to drain.
+
+Each stage runs as its own OS process, as it would in production, so that a test can SIGKILL
+one and restart it. ``Pipeline`` is what the demo, the integration tests and the benchmark use.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rankscope.kafka_admin import group_lag
+from schemas.topics import Topics
+
+
+@dataclass
+class StageProcess:
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+            start_new_session=True,
+        )
+        log.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: what a crash looks like (no flush, no commit, no goodbye)."""
+        if self.proc is not None and self.alive:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 30) -> int | None:
+        if self.proc is None:
+            return None
+        if self.alive:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+        return self.proc.returncode
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+@dataclass
+class PipelineConfig:
+    bootstrap: str
+    clickhouse_url: str
+    topic_prefix: str
+    database: str
+    home: Path
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
+
+    @property
+    def streams_group(self) -> str:
+        return f"{self.topic_prefix}-streams"
+
+    @property
+    def sink_group(self) -> str:
+        return f"{self.topic_prefix}-sink"
+
+    def common_args(self) -> list[str]:
+        return [
+            "--bootstrap",
+            self.bootstrap,
+            "--topic-prefix",
+            self.topic_prefix,
+            "--home",
+            str(self.home),
+        ]
+
+
+class Pipeline:
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config
+        logs = config.home / "logs"
+        cli = [sys.executable, "-m", "rankscope"]
+        self.worker = StageProcess(
+            "worker", [*cli, "worker", *config.common_args()], logs / "worker.log"
+        )
+        self.sink = StageProcess(
+            "sink",
+            [
+                *cli,
+                "sink",
+                *config.common_args(),
+                "--clickhouse-url",
+                config.clickhouse_url,
+                "--database",
+                config.database,
+            ],
+            logs / "sink.log",
+        )
+
+    def start(self) -> None:
+        self.worker.start()
+        self.sink.start()
+
+    def stop(self) -> None:
+        self.sink.stop()
+        self.worker.stop()
+
+    def __enter__(self) -> Pipeline:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def lag(self) -> tuple[int, int]:
+        """(stream worker lag on raw+events topics, sink lag on its topics)."""
+        t = self.config.topics
+        worker = group_lag(self.config.bootstrap, self.config.streams_group, [*t.all_raw, t.events])
+        sink = group_lag(
+            self.config.bootstrap,
+            self.config.sink_group,
+            [t.events, t.windows, t.late, t.deadletter],
+        )
+        return worker, sink
+
+    def wait_drained(
+        self,
+        timeout_s: float,
+        on_poll: Callable[[int, int], None] | None = None,
+        settle_polls: int = 2,
+    ) -> None:
+        """Until both groups have committed everything on their topics, ``settle_polls`` times
+        in a row (windows are emitted a little after their events, so one zero is not enough).
+        """
+        deadline = time.monotonic() + timeout_s
+        zeros = 0
+        while True:
+            for stage in (self.worker, self.sink):
+                if not stage.alive:
+                    raise RuntimeError(
+                        f"the {stage.name} process exited ({stage.proc and stage.proc.returncode})"
+                        f"; last log lines:\n{stage.log_tail()}"
+                    )
+            worker_lag, sink_lag = self.lag()
+            if on_poll:
+                on_poll(worker_lag, sink_lag)
+            zeros = zeros + 1 if worker_lag == 0 and sink_lag == 0 else 0
+            if zeros >= settle_polls:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"pipeline did not drain in {timeout_s}s (worker lag {worker_lag}, "
+                    f"sink lag {sink_lag}); worker log:\n{self.worker.log_tail(15)}\n"
+                    f"sink log:\n{self.sink.log_tail(15)}"
+                )
+            time.sleep(0.5)

@@ -1,0 +1,165 @@
+"""A local ClickHouse HTTP endpoint backed by chDB, run as a detached process.
+
+The engine is the real ClickHouse (chdb-core), so the sinks talk to it with clickhouse-connect
+exactly as they would to a ClickHouse server; see `chdb_server` for how it is served.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import Self
+
+import rankscope
+from rankscope.services._common import (
+    ServiceError,
+    free_port,
+    pid_matches,
+    tail,
+    terminate,
+)
+from rankscope.services.chdb_server import DEFAULT_MEMORY_RATIO, run_dir_for
+
+_MODULE = "rankscope.services.chdb_server"
+
+
+def clickhouse_healthy(url: str, timeout_s: float = 2.0) -> bool:
+    """True when GET <url>/ping answers "Ok." (works for chDB and real ClickHouse servers)."""
+    base = url.rstrip("/")
+    try:
+        with urllib.request.urlopen(f"{base}/ping", timeout=timeout_s) as response:
+            body: bytes = response.read()
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+    return body.strip() == b"Ok."
+
+
+def _pythonpath() -> str:
+    """Make `python -m rankscope...` importable in the child even when not pip-installed."""
+    root = str(Path(rankscope.__file__).resolve().parent.parent)
+    current = os.environ.get("PYTHONPATH", "")
+    return os.pathsep.join([root, current]) if current else root
+
+
+class LocalClickHouse:
+    """chDB serving ClickHouse's HTTP interface on host:port, data in data_dir."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        *,
+        memory_ratio: float = DEFAULT_MEMORY_RATIO,
+    ) -> None:
+        self.data_dir = data_dir.resolve()
+        self.host = host
+        self.port = port or free_port(host)
+        self.memory_ratio = memory_ratio
+        self.pid: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def run_dir(self) -> Path:
+        return run_dir_for(self.data_dir)
+
+    @property
+    def log_file(self) -> Path:
+        return self.run_dir / "server.log"
+
+    @classmethod
+    def attach(cls, pid: int, data_dir: Path, port: int, host: str = "127.0.0.1") -> LocalClickHouse:
+        """Handle for a server started by another process (the CLI's `services up`)."""
+        server = cls(data_dir, port, host)
+        server.pid = pid
+        return server
+
+    @property
+    def running(self) -> bool:
+        """Our supervisor process (not a reused pid) is alive."""
+        if self._proc is not None:
+            return self._proc.poll() is None
+        if self.pid is None:
+            return False
+        return pid_matches(self.pid, _MODULE, str(self.data_dir))
+
+    def healthy(self, timeout_s: float = 2.0) -> bool:
+        return self.running and clickhouse_healthy(self.url, timeout_s)
+
+    def start(self, timeout_s: float = 30) -> Self:
+        """Spawn the server in its own session and wait until /ping answers."""
+        if self.running:
+            return self
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            sys.executable,
+            "-m",
+            _MODULE,
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--host",
+            self.host,
+            "--memory-ratio",
+            str(self.memory_ratio),
+        ]
+        env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1"}
+        with self.log_file.open("ab") as log:
+            self._proc = subprocess.Popen(
+                cmd,
+                cwd=self.run_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.pid = self._proc.pid
+        deadline = time.monotonic() + timeout_s
+        while not clickhouse_healthy(self.url, timeout_s=1.0):
+            if not self.running:
+                code = self._proc.returncode if self._proc is not None else None
+                self._proc = None
+                self.pid = None
+                raise ServiceError(
+                    f"chDB server exited during startup (code {code})\n"
+                    f"--- {self.log_file} ---\n{tail(self.log_file)}"
+                )
+            if time.monotonic() >= deadline:
+                self.stop()
+                raise ServiceError(
+                    f"chDB server on {self.url} not ready after {timeout_s:.0f} s\n"
+                    f"--- {self.log_file} ---\n{tail(self.log_file)}"
+                )
+            time.sleep(0.1)
+        return self
+
+    def stop(self, timeout_s: float = 20) -> None:
+        """SIGTERM the supervisor (it stops the engine cleanly), SIGKILL the group on timeout."""
+        if self.pid is not None and (self._proc is not None or self.running):
+            terminate(self.pid, timeout_s, self._proc)
+        self._proc = None
+        self.pid = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

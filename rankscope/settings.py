@@ -1,0 +1,46 @@
+"""Settings shared by the CLI commands, from flags or ``RANKSCOPE_*`` environment variables.
+
+Each component keeps its own typed config (``PublisherConfig``, ``StreamsConfig``,
+``SinkConfig``); this module only holds what the operator sets once and builds those from it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from collectors.publisher import PublisherConfig
+from sinks.kafka_sink import SinkConfig
+from streams.config import StreamsConfig
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="RANKSCOPE_", extra="ignore")
+
+    home: Path = Path(".rankscope")
+    bootstrap: str | None = None  # None: use (or start) the local broker
+    clickhouse_url: str | None = None  # None: use (or start) the local chDB engine
+    database: str = "rankscope"
+    topic_prefix: str = "rankscope"
+    partitions: int = 4
+
+    def publisher(self, bootstrap: str) -> PublisherConfig:
+        return PublisherConfig(bootstrap=bootstrap, topic_prefix=self.topic_prefix)
+
+    def streams(self, bootstrap: str) -> StreamsConfig:
+        return StreamsConfig(
+            bootstrap=bootstrap,
+            topic_prefix=self.topic_prefix,
+            app_id=f"{self.topic_prefix}-streams",
+            data_dir=self.home / "faust",
+        )
+
+    def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:
+        return SinkConfig(
+            bootstrap=bootstrap,
+            clickhouse_url=clickhouse_url,
+            database=self.database,
+            topic_prefix=self.topic_prefix,
+            group_id=f"{self.topic_prefix}-sink",
+        )

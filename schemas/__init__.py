@@ -1,0 +1,43 @@
+"""Event contracts: pydantic models are the single definition; JSON Schema is exported from them."""
+
+from schemas.derived import DeadLetter, LateEvent, RankWindow
+from schemas.envelope import Envelope, new_event_id
+from schemas.events import (
+    EVENT_ADAPTER,
+    EVENT_LIST_ADAPTER,
+    EVENT_MODELS,
+    KINDS,
+    MODEL_BY_SCHEMA,
+    Event,
+    GpuEventEvent,
+    GpuSampleEvent,
+    HeartbeatEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+    dump_event,
+    dump_events,
+)
+from schemas.topics import Topics, partition_key
+
+__all__ = [
+    "EVENT_ADAPTER",
+    "EVENT_LIST_ADAPTER",
+    "EVENT_MODELS",
+    "KINDS",
+    "MODEL_BY_SCHEMA",
+    "DeadLetter",
+    "Envelope",
+    "Event",
+    "GpuEventEvent",
+    "GpuSampleEvent",
+    "HeartbeatEvent",
+    "LateEvent",
+    "RankWindow",
+    "SchedulerEventEvent",
+    "SpanEvent",
+    "Topics",
+    "dump_event",
+    "dump_events",
+    "new_event_id",
+    "partition_key",
+]

@@ -1,0 +1,100 @@
+"""Records produced by the stream workers (dead letters, window aggregates).
+
+They are contracts between ``streams`` (producer) and ``sinks`` (consumer), so they live here.
+Their ids are deterministic, so reprocessing after a crash rewrites the same row instead of
+adding a new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DeadLetterCode = Literal[
+    "not_utf8",
+    "not_json",
+    "not_an_event",
+    "unknown_schema",
+    "invalid_event",
+    "too_large",
+    "ts_out_of_range",
+    "empty_batch",
+]
+
+
+class DeadLetter(BaseModel):
+    """Why one message (or one element of a batch) was refused.
+
+    Never carries the raw bytes: they may hold secrets. ``source_topic``/``partition``/``offset``
+    locate the original on Kafka (the access-controlled source of truth); ``sha256`` proves which.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dead_letter_id: str
+    reason_code: DeadLetterCode
+    reason: str = Field(max_length=2048)
+    source_topic: str
+    partition: int
+    offset: int
+    index_in_batch: int = Field(default=-1, description="-1 when the whole message was refused.")
+    size_bytes: int
+    sha256: str
+    received_ts: int = Field(description="Worker wall clock when refused (ns).")
+    record_ts: int = Field(default=0, description="Kafka record timestamp (ns), 0 if none.")
+    event_id: str = ""
+    schema_id: str = ""
+    kind: str = ""
+    job_id: str = ""
+    node: str = ""
+
+    @staticmethod
+    def make_id(topic: str, partition: int, offset: int, index: int) -> str:
+        """Stable id: the same message refused twice gives the same dead-letter row."""
+        raw = f"{topic}|{partition}|{offset}|{index}".encode()
+        return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+class RankWindow(BaseModel):
+    """Per job, rank and tumbling event-time window: what that rank did in the window."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    window_id: str
+    cluster: str
+    job_id: str
+    rank: int
+    node: str
+    window_start_ns: int
+    window_end_ns: int
+    step_count: int = Field(ge=0)
+    step_time_mean_s: float | None = None
+    step_time_max_s: float | None = None
+    gpu_util_mean_pct: float | None = None
+    gpu_sample_count: int = Field(default=0, ge=0)
+    event_count: int = Field(ge=0)
+    emitted_ts: int = Field(description="Worker wall clock at emission (ns).")
+
+    @staticmethod
+    def make_id(job_id: str, rank: int, window_start_ns: int) -> str:
+        return f"{job_id}/{rank}/{window_start_ns}"
+
+
+class LateEvent(BaseModel):
+    """An event that arrived after its window closed: counted and routed, never dropped silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str
+    kind: str
+    cluster: str
+    job_id: str
+    rank: int | None
+    node: str
+    ts: int
+    window_start_ns: int
+    watermark_ns: int
+    lateness_ns: int
+    received_ts: int

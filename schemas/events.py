@@ -1,0 +1,80 @@
+"""Concrete event models and the one parser every stage uses.
+
+The ``schema`` field is the discriminator: an event whose schema is unknown is rejected with a
+readable reason instead of being guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, TypeAdapter
+
+from schemas.envelope import Envelope
+from schemas.payloads import GpuEvent, GpuSample, Heartbeat, SchedulerEvent, Span
+
+
+class GpuSampleEvent(Envelope):
+    schema_id: Literal["gpu_sample/1"] = Field(alias="schema")
+    kind: Literal["gpu_sample"]
+    payload: GpuSample
+
+
+class GpuEventEvent(Envelope):
+    schema_id: Literal["gpu_event/1"] = Field(alias="schema")
+    kind: Literal["gpu_event"]
+    payload: GpuEvent
+
+
+class HeartbeatEvent(Envelope):
+    schema_id: Literal["heartbeat/1"] = Field(alias="schema")
+    kind: Literal["heartbeat"]
+    payload: Heartbeat
+
+
+class SchedulerEventEvent(Envelope):
+    schema_id: Literal["scheduler_event/1"] = Field(alias="schema")
+    kind: Literal["scheduler_event"]
+    payload: SchedulerEvent
+
+
+class SpanEvent(Envelope):
+    schema_id: Literal["span/1"] = Field(alias="schema")
+    kind: Literal["span"]
+    payload: Span
+
+
+Event = Annotated[
+    GpuSampleEvent | GpuEventEvent | HeartbeatEvent | SchedulerEventEvent | SpanEvent,
+    Field(discriminator="schema_id"),
+]
+
+EVENT_MODELS: tuple[type[Envelope], ...] = (
+    GpuSampleEvent,
+    GpuEventEvent,
+    HeartbeatEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+)
+
+#: schema id -> model, e.g. "span/1" -> SpanEvent
+MODEL_BY_SCHEMA: dict[str, type[Envelope]] = {
+    m.model_fields["schema_id"].annotation.__args__[0]: m  # type: ignore[union-attr]
+    for m in EVENT_MODELS
+}
+#: kind -> schema ids of that kind that this version reads
+KINDS: tuple[str, ...] = tuple(
+    sorted({m.model_fields["kind"].annotation.__args__[0] for m in EVENT_MODELS})  # type: ignore[union-attr]
+)
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])
+
+
+def dump_events(events: list[Event]) -> bytes:
+    """Serialise a batch the way it travels on Kafka (a JSON array, aliases on)."""
+    return EVENT_LIST_ADAPTER.dump_json(events, by_alias=True)
+
+
+def dump_event(event: Envelope) -> bytes:
+    return event.model_dump_json(by_alias=True).encode()

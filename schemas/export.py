@@ -1,0 +1,50 @@
+"""Export JSON Schema files from the pydantic models (for other languages and for review).
+
+``python -m schemas.export`` rewrites ``schemas/json``; a test fails when the committed files
+drift from the models, so the JSON files can never silently disagree with the code.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from schemas.derived import DeadLetter, LateEvent, RankWindow
+from schemas.events import MODEL_BY_SCHEMA
+
+JSON_DIR = Path(__file__).parent / "json"
+
+
+def schema_documents() -> dict[str, str]:
+    """File name -> JSON text, for every event schema and derived record."""
+    docs: dict[str, str] = {}
+    models: dict[str, type[BaseModel]] = {
+        sid.replace("/", ".v"): m for sid, m in MODEL_BY_SCHEMA.items()
+    }
+    models.update(
+        {"deadletter.v1": DeadLetter, "rank_window.v1": RankWindow, "late_event.v1": LateEvent}
+    )
+    for name, model in sorted(models.items()):
+        doc = model.model_json_schema(by_alias=True, mode="serialization")
+        doc["$id"] = f"https://rankscope.dev/schemas/{name}.json"
+        docs[f"{name}.json"] = json.dumps(doc, indent=2, sort_keys=True) + "\n"
+    return docs
+
+
+def main() -> int:
+    JSON_DIR.mkdir(exist_ok=True)
+    docs = schema_documents()
+    for stale in JSON_DIR.glob("*.json"):
+        if stale.name not in docs:
+            stale.unlink()
+    for name, text in docs.items():
+        (JSON_DIR / name).write_text(text)
+    print(f"wrote {len(docs)} schema files to {JSON_DIR}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""Kafka topic names: the contract between collectors, stream workers and sinks.
+
+A prefix (default ``rankscope``) namespaces every topic so that several deployments, or several
+test runs, can share one cluster without seeing each other's data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from schemas.events import KINDS
+
+DEFAULT_PREFIX = "rankscope"
+
+
+@dataclass(frozen=True)
+class Topics:
+    prefix: str = DEFAULT_PREFIX
+
+    def raw(self, kind: str) -> str:
+        """Where collectors publish events of one kind (key: job id, or node for node events)."""
+        return f"{self.prefix}.raw.{kind}"
+
+    @property
+    def all_raw(self) -> list[str]:
+        return [self.raw(k) for k in KINDS]
+
+    @property
+    def events(self) -> str:
+        """Validated (and, from issue 5 on, redacted) events: what every derived stage reads."""
+        return f"{self.prefix}.events"
+
+    @property
+    def windows(self) -> str:
+        return f"{self.prefix}.windows"
+
+    @property
+    def late(self) -> str:
+        return f"{self.prefix}.late"
+
+    @property
+    def deadletter(self) -> str:
+        return f"{self.prefix}.deadletter"
+
+    @property
+    def all(self) -> list[str]:
+        return [*self.all_raw, self.events, self.windows, self.late, self.deadletter]
+
+
+def partition_key(job_id: str, node: str) -> bytes:
+    """Events of one job share a partition (ordering per job); node events key by node."""
+    return (job_id or f"node:{node}").encode()

@@ -1,0 +1,284 @@
+"""Typed records -> ClickHouse rows, one table per event family.
+
+Column lists here must match ``migrations``; a test inserts one row of every kind through
+these mappings into a freshly migrated engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from schemas.derived import DeadLetter, LateEvent, RankWindow
+from schemas.envelope import Envelope
+from schemas.events import (
+    Event,
+    GpuEventEvent,
+    GpuSampleEvent,
+    HeartbeatEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+)
+
+Row = list[Any]
+
+ENVELOPE_COLUMNS = [
+    "event_id",
+    "schema",
+    "cluster",
+    "job_id",
+    "node",
+    "rank",
+    "local_rank",
+    "gpu",
+    "ts_ns",
+    "observed_ts_ns",
+    "clock_offset_ns",
+]
+
+
+def _envelope(ev: Envelope) -> Row:
+    return [
+        ev.event_id,
+        ev.schema_id,
+        ev.cluster,
+        ev.job_id,
+        ev.node,
+        -1 if ev.rank is None else ev.rank,
+        -1 if ev.local_rank is None else ev.local_rank,
+        -1 if ev.gpu is None else ev.gpu,
+        ev.ts,
+        ev.observed_ts,
+        ev.clock_offset_ns,
+    ]
+
+
+GPU_SAMPLE_FIELDS = [
+    "gpu_uuid",
+    "sm_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "sm_clock_mhz",
+    "mem_clock_mhz",
+    "power_w",
+    "energy_mj",
+    "temperature_c",
+    "throttle_reasons",
+    "pcie_replay_count",
+    "ecc_sbe_total",
+    "ecc_dbe_total",
+    "remapped_rows",
+    "nvlink_errors_total",
+]
+
+
+def _gpu_sample(ev: GpuSampleEvent) -> Row:
+    p = ev.payload
+    return _envelope(ev) + [getattr(p, f) for f in GPU_SAMPLE_FIELDS]
+
+
+def _gpu_event(ev: GpuEventEvent) -> Row:
+    p = ev.payload
+    return [*_envelope(ev), p.gpu_uuid, p.event_type, p.xid, p.count, p.message]
+
+
+def _heartbeat(ev: HeartbeatEvent) -> Row:
+    p = ev.payload
+    return [*_envelope(ev), p.agent, p.agent_version, p.seq, p.interval_s]
+
+
+def _scheduler(ev: SchedulerEventEvent) -> Row:
+    p = ev.payload
+    return [*_envelope(ev), p.source, p.event_type, p.state, p.reason, p.exit_code]
+
+
+def _span(ev: SpanEvent) -> Row:
+    p = ev.payload
+    return [
+        *_envelope(ev),
+        p.name,
+        p.phase,
+        p.trace_id,
+        p.span_id,
+        p.parent_span_id,
+        p.start_ns,
+        p.end_ns,
+        -1 if p.step is None else p.step,
+        p.status,
+        p.error_type,
+        p.error_message,
+        {k: str(v) for k, v in p.attributes.items()},
+    ]
+
+
+class TableSpec:
+    def __init__(self, table: str, columns: list[str], to_row: Callable[[Any], Row]) -> None:
+        self.table = table
+        self.columns = columns
+        self.to_row = to_row
+
+
+EVENT_TABLES: dict[type[Envelope], TableSpec] = {
+    SpanEvent: TableSpec(
+        "spans",
+        [
+            *ENVELOPE_COLUMNS,
+            "name",
+            "phase",
+            "trace_id",
+            "span_id",
+            "parent_span_id",
+            "start_ns",
+            "end_ns",
+            "step",
+            "status",
+            "error_type",
+            "error_message",
+            "attributes",
+        ],
+        _span,
+    ),
+    GpuSampleEvent: TableSpec("gpu_samples", ENVELOPE_COLUMNS + GPU_SAMPLE_FIELDS, _gpu_sample),
+    GpuEventEvent: TableSpec(
+        "gpu_events",
+        [*ENVELOPE_COLUMNS, "gpu_uuid", "event_type", "xid", "count", "message"],
+        _gpu_event,
+    ),
+    HeartbeatEvent: TableSpec(
+        "heartbeats",
+        [*ENVELOPE_COLUMNS, "agent", "agent_version", "seq", "interval_s"],
+        _heartbeat,
+    ),
+    SchedulerEventEvent: TableSpec(
+        "scheduler_events",
+        [*ENVELOPE_COLUMNS, "source", "event_type", "state", "reason", "exit_code"],
+        _scheduler,
+    ),
+}
+
+WINDOW_TABLE = TableSpec(
+    "rank_windows",
+    [
+        "window_id",
+        "cluster",
+        "job_id",
+        "rank",
+        "node",
+        "window_start_ns",
+        "window_end_ns",
+        "step_count",
+        "step_time_mean_s",
+        "step_time_max_s",
+        "gpu_util_mean_pct",
+        "gpu_sample_count",
+        "event_count",
+        "emitted_ts_ns",
+    ],
+    lambda w: [
+        w.window_id,
+        w.cluster,
+        w.job_id,
+        w.rank,
+        w.node,
+        w.window_start_ns,
+        w.window_end_ns,
+        w.step_count,
+        w.step_time_mean_s,
+        w.step_time_max_s,
+        w.gpu_util_mean_pct,
+        w.gpu_sample_count,
+        w.event_count,
+        w.emitted_ts,
+    ],
+)
+
+LATE_TABLE = TableSpec(
+    "late_events",
+    [
+        "event_id",
+        "kind",
+        "cluster",
+        "job_id",
+        "rank",
+        "node",
+        "ts_ns",
+        "window_start_ns",
+        "watermark_ns",
+        "lateness_ns",
+        "received_ts_ns",
+    ],
+    lambda e: [
+        e.event_id,
+        e.kind,
+        e.cluster,
+        e.job_id,
+        -1 if e.rank is None else e.rank,
+        e.node,
+        e.ts,
+        e.window_start_ns,
+        e.watermark_ns,
+        e.lateness_ns,
+        e.received_ts,
+    ],
+)
+
+DEADLETTER_TABLE = TableSpec(
+    "deadletter",
+    [
+        "dead_letter_id",
+        "reason_code",
+        "reason",
+        "source_topic",
+        "partition",
+        "offset",
+        "index_in_batch",
+        "size_bytes",
+        "sha256",
+        "received_ts_ns",
+        "record_ts_ns",
+        "event_id",
+        "schema",
+        "kind",
+        "job_id",
+        "node",
+    ],
+    lambda d: [
+        d.dead_letter_id,
+        d.reason_code,
+        d.reason,
+        d.source_topic,
+        d.partition,
+        d.offset,
+        d.index_in_batch,
+        d.size_bytes,
+        d.sha256,
+        d.received_ts,
+        d.record_ts,
+        d.event_id,
+        d.schema_id,
+        d.kind,
+        d.job_id,
+        d.node,
+    ],
+)
+
+ALL_TABLES: list[TableSpec] = [*EVENT_TABLES.values(), WINDOW_TABLE, LATE_TABLE, DEADLETTER_TABLE]
+
+
+def event_spec(ev: Event) -> TableSpec:
+    return EVENT_TABLES[type(ev)]
+
+
+__all__ = [
+    "ALL_TABLES",
+    "DEADLETTER_TABLE",
+    "EVENT_TABLES",
+    "LATE_TABLE",
+    "WINDOW_TABLE",
+    "DeadLetter",
+    "LateEvent",
+    "RankWindow",
+    "TableSpec",
+    "event_spec",
+]

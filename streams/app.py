@@ -1,0 +1,161 @@
+"""The faust-streaming application: validate -> events topic, and event-time rank windows.
+
+Delivery is at-least-once. faust flushes its producer before it commits offsets, so a record's
+outputs are on Kafka before its offset is. The window agent acknowledges a record only once every
+window it contributed to has been emitted, so a crash re-reads the records of open windows and
+recomputes them; re-emitted windows carry the same id and collapse in ClickHouse.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from schemas.derived import RankWindow
+from schemas.events import EVENT_LIST_ADAPTER, dump_events
+from streams.config import StreamsConfig
+from streams.validate import RecordRef, validate_message
+from streams.windows import WindowAggregator, corrected_ts
+
+log = logging.getLogger("rankscope.streams")
+
+_MAX_BYTES = 8 * 1024 * 1024
+
+
+def faust_broker_url(bootstrap: str) -> str:
+    """``host1:9092,host2:9092`` -> faust's ``kafka://host1:9092;kafka://host2:9092``."""
+    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
+    return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
+
+
+@dataclass
+class StageCounters:
+    """Exposed for tests and the CLI; the faust web view is disabled to keep workers light."""
+
+    records_in: int = 0
+    events_valid: int = 0
+    dead_letters: int = 0
+    window_records_in: int = 0
+    windows_emitted: int = 0
+    late_events: int = 0
+    pending_acks: int = 0
+    started_wall: float = field(default_factory=time.time)
+
+
+def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
+    topics = config.topics
+    app = faust.App(
+        config.app_id,
+        broker=faust_broker_url(config.bootstrap),
+        store="memory://",
+        datadir=str(config.data_dir),
+        web_enabled=False,
+        autodiscover=False,
+        producer_acks=-1,
+        producer_max_request_size=_MAX_BYTES,
+        consumer_max_fetch_size=_MAX_BYTES,
+        consumer_auto_offset_reset="earliest",
+        stream_wait_empty=False,
+        broker_commit_interval=1.0,
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+    )
+    counters = StageCounters()
+
+    raw_topic = app.topic(*topics.all_raw, key_type=bytes, value_type=bytes, value_serializer="raw")
+    events_topic = app.topic(topics.events, key_type=bytes, value_type=bytes, value_serializer="raw")
+    windows_topic = app.topic(topics.windows, value_serializer="raw")
+    late_topic = app.topic(topics.late, value_serializer="raw")
+    deadletter_topic = app.topic(topics.deadletter, value_serializer="raw")
+    limits = config.limits
+
+    @app.agent(raw_topic, name=f"{config.app_id}.validate")
+    async def validate(stream: faust.StreamT[bytes]) -> None:
+        """Every raw record ends as valid events downstream, dead letters, or both."""
+        async for event in stream.events():
+            msg = event.message
+            ref = RecordRef(
+                topic=msg.topic,
+                partition=msg.partition,
+                offset=msg.offset,
+                timestamp_ns=int((msg.timestamp or 0) * 1e9),
+            )
+            result = validate_message(event.value, ref, limits)
+            counters.records_in += 1
+            if result.events:
+                counters.events_valid += len(result.events)
+                await events_topic.send(key=msg.key, value=dump_events(result.events))
+            for dead in result.dead:
+                counters.dead_letters += 1
+                await deadletter_topic.send(
+                    key=dead.dead_letter_id.encode(), value=dead.model_dump_json().encode()
+                )
+
+    agg = WindowAggregator(config.windows)
+    # (job_id, last window end the record touched, faust event) in arrival order
+    pending: deque[tuple[str, int, Any]] = deque()
+
+    async def emit(windows: list[RankWindow]) -> None:
+        for w in windows:
+            counters.windows_emitted += 1
+            await windows_topic.send(key=w.job_id.encode(), value=w.model_dump_json().encode())
+
+    def ack_settled() -> None:
+        """Ack records whose windows have all been emitted (pending is scanned, not popped
+        in order, because several jobs interleave on one partition)."""
+        keep: deque[tuple[str, int, Any]] = deque()
+        while pending:
+            job_id, last_end, ev = pending.popleft()
+            if last_end <= agg.closed_until(job_id):
+                ev.ack()
+            else:
+                keep.append((job_id, last_end, ev))
+        pending.extend(keep)
+        counters.pending_acks = len(pending)
+
+    size_ns = agg.size_ns
+
+    @app.agent(events_topic, name=f"{config.app_id}.windows")
+    async def windows(stream: faust.StreamT[bytes]) -> None:
+        async for event in stream.noack().events():
+            counters.window_records_in += 1
+            now = time.time()
+            last_end = -1
+            job_id = ""
+            for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
+                job_id = ev.job_id
+                late = agg.add(ev, now)
+                if late is not None:
+                    counters.late_events += 1
+                    await late_topic.send(
+                        key=late.job_id.encode(), value=late.model_dump_json().encode()
+                    )
+                elif ev.rank is not None:
+                    t = corrected_ts(ev)
+                    last_end = max(last_end, t - t % size_ns + size_ns)
+            await emit(agg.close_ready(now))
+            if last_end < 0:
+                event.ack()
+            else:
+                pending.append((job_id, last_end, event))
+            ack_settled()
+
+    @app.timer(interval=1.0)
+    async def close_idle_windows() -> None:
+        await emit(agg.close_ready(time.time()))
+        ack_settled()
+
+    return app, counters
+
+
+def run_worker(config: StreamsConfig) -> None:
+    """Run one worker in the foreground until SIGTERM/SIGINT (what ``rankscope worker`` does)."""
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    app, _ = create_app(config)
+    worker = faust.Worker(app, loglevel=config.log_level, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()

@@ -1,0 +1,51 @@
+"""Typed configuration of the stream workers (one component config, OTel-collector style)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from schemas.topics import DEFAULT_PREFIX, Topics
+
+
+class ValidationLimits(BaseModel):
+    """What the validate stage accepts; everything else is dead-lettered with a reason."""
+
+    max_message_bytes: int = Field(
+        default=1_048_576, gt=0, description="Larger messages are refused (too_large)."
+    )
+    max_past_s: float = Field(
+        default=7 * 86_400,
+        gt=0,
+        description="Events older than this relative to their Kafka record time are refused.",
+    )
+    max_future_s: float = Field(
+        default=3_600, gt=0, description="Events this far ahead of their record time are refused."
+    )
+
+
+class WindowConfig(BaseModel):
+    """Event-time tumbling windows (Kafka Streams semantics: grace, emit once on close)."""
+
+    size_s: float = Field(default=5.0, gt=0)
+    grace_s: float = Field(default=2.0, ge=0)
+    idle_close_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="Close a job's open windows after this much processing time without events.",
+    )
+
+
+class StreamsConfig(BaseModel):
+    bootstrap: str
+    topic_prefix: str = DEFAULT_PREFIX
+    app_id: str = "rankscope-streams"
+    data_dir: Path = Path(".rankscope/faust")
+    limits: ValidationLimits = ValidationLimits()
+    windows: WindowConfig = WindowConfig()
+    log_level: str = "warn"
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)

@@ -1,0 +1,169 @@
+"""Event-time tumbling windows per job and rank, Kafka Streams semantics.
+
+- Window of an event: ``[start, start + size)`` with ``start = t - t % size`` where ``t`` is the
+  event time corrected by the source's clock offset when one is known.
+- Stream time (the watermark) is per job: the highest corrected event time seen for that job.
+- A window closes, and is emitted exactly once, when ``stream_time >= end + grace``.
+- An event for a window that already closed is *late*: counted and returned to the caller,
+  which routes it to the late topic. It never changes an emitted window.
+- A job that goes quiet (no events for ``idle_close_s`` of processing time) or that reports a
+  terminal scheduler event has its open windows closed, so the last windows of a job are not
+  held forever.
+
+Pure Python, no Kafka: the faust agent owns one instance and drives it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from schemas.derived import LateEvent, RankWindow
+from schemas.events import Event, GpuSampleEvent, SchedulerEventEvent, SpanEvent
+from streams.config import WindowConfig
+
+_TERMINAL = frozenset({"job_completed", "job_failed", "job_cancelled", "job_timeout"})
+
+
+@dataclass
+class _Acc:
+    cluster: str
+    node: str
+    step_count: int = 0
+    step_time_sum: float = 0.0
+    step_time_max: float = 0.0
+    util_sum: float = 0.0
+    util_count: int = 0
+    event_count: int = 0
+
+
+@dataclass
+class _JobState:
+    stream_time: int = -1
+    closed_until: int = -1  # every window with end <= closed_until has been emitted
+    last_seen_wall: float = 0.0
+    open: dict[tuple[int, int], _Acc] = field(default_factory=dict)  # (window_start, rank)
+
+
+@dataclass
+class WindowStats:
+    events: int = 0
+    windows_emitted: int = 0
+    late_events: int = 0
+
+
+def corrected_ts(ev: Event) -> int:
+    """Event time on the reference clock: source clock minus its estimated offset."""
+    return ev.ts - (ev.clock_offset_ns or 0)
+
+
+class WindowAggregator:
+    def __init__(self, config: WindowConfig) -> None:
+        self.size_ns = int(config.size_s * 1e9)
+        self.grace_ns = int(config.grace_s * 1e9)
+        self.idle_close_s = config.idle_close_s
+        self._jobs: dict[str, _JobState] = {}
+        self.stats = WindowStats()
+
+    # -- feeding -------------------------------------------------------------------------
+    def add(self, ev: Event, wall_s: float) -> LateEvent | None:
+        """Account one event. Returns a LateEvent when its window has already closed."""
+        job = self._jobs.setdefault(ev.job_id, _JobState())
+        job.last_seen_wall = wall_s
+        t = corrected_ts(ev)
+        if isinstance(ev, SchedulerEventEvent) and ev.payload.event_type in _TERMINAL:
+            # Nothing of this job is expected after its end: let every window close.
+            job.stream_time = max(job.stream_time, t + self.size_ns + self.grace_ns)
+            return None
+        if ev.rank is None:
+            job.stream_time = max(job.stream_time, t)
+            return None
+        self.stats.events += 1
+        start = t - t % self.size_ns
+        if start + self.size_ns <= job.closed_until:
+            self.stats.late_events += 1
+            return LateEvent(
+                event_id=ev.event_id,
+                kind=ev.kind,
+                cluster=ev.cluster,
+                job_id=ev.job_id,
+                rank=ev.rank,
+                node=ev.node,
+                ts=ev.ts,
+                window_start_ns=start,
+                watermark_ns=job.stream_time,
+                lateness_ns=job.stream_time - (start + self.size_ns),
+                received_ts=int(wall_s * 1e9),
+            )
+        job.stream_time = max(job.stream_time, t)
+        acc = job.open.get((start, ev.rank))
+        if acc is None:
+            acc = job.open[(start, ev.rank)] = _Acc(cluster=ev.cluster, node=ev.node)
+        acc.event_count += 1
+        if isinstance(ev, SpanEvent) and ev.payload.phase == "step":
+            d = ev.payload.duration_s
+            acc.step_count += 1
+            acc.step_time_sum += d
+            acc.step_time_max = max(acc.step_time_max, d)
+        elif isinstance(ev, GpuSampleEvent):
+            acc.util_sum += ev.payload.sm_util_pct
+            acc.util_count += 1
+        return None
+
+    # -- emitting ------------------------------------------------------------------------
+    def close_ready(self, wall_s: float) -> list[RankWindow]:
+        """Emit every window whose end + grace the job's stream time has passed (or idle jobs)."""
+        out: list[RankWindow] = []
+        for job_id, job in self._jobs.items():
+            if job.open and wall_s - job.last_seen_wall >= self.idle_close_s:
+                boundary = math.inf
+            else:
+                boundary = job.stream_time - self.grace_ns
+            out.extend(self._close(job_id, job, boundary, wall_s))
+        return out
+
+    def _close(
+        self, job_id: str, job: _JobState, boundary: float, wall_s: float
+    ) -> Iterable[RankWindow]:
+        ready = sorted(k for k in job.open if k[0] + self.size_ns <= boundary)
+        emitted_ns = int(wall_s * 1e9)
+        for key in ready:
+            start, rank = key
+            acc = job.open.pop(key)
+            self.stats.windows_emitted += 1
+            yield RankWindow(
+                window_id=RankWindow.make_id(job_id, rank, start),
+                cluster=acc.cluster,
+                job_id=job_id,
+                rank=rank,
+                node=acc.node,
+                window_start_ns=start,
+                window_end_ns=start + self.size_ns,
+                step_count=acc.step_count,
+                step_time_mean_s=acc.step_time_sum / acc.step_count if acc.step_count else None,
+                step_time_max_s=acc.step_time_max if acc.step_count else None,
+                gpu_util_mean_pct=acc.util_sum / acc.util_count if acc.util_count else None,
+                gpu_sample_count=acc.util_count,
+                event_count=acc.event_count,
+                emitted_ts=emitted_ns,
+            )
+            job.closed_until = max(job.closed_until, start + self.size_ns)
+        if boundary == math.inf and not job.open:
+            job.closed_until = max(job.closed_until, job.stream_time - job.stream_time % self.size_ns)
+        elif boundary != math.inf:
+            b = int(boundary)
+            job.closed_until = max(job.closed_until, b - b % self.size_ns)
+
+    def open_windows(self) -> int:
+        return sum(len(j.open) for j in self._jobs.values())
+
+    def oldest_open_start(self, job_id: str) -> int | None:
+        job = self._jobs.get(job_id)
+        if not job or not job.open:
+            return None
+        return min(k[0] for k in job.open)
+
+    def closed_until(self, job_id: str) -> int:
+        job = self._jobs.get(job_id)
+        return job.closed_until if job else -1
