@@ -167,7 +167,7 @@ class RankState:
         "timing_rng",
     )
 
-    def __init__(self, config: SimulationConfig, rank: int) -> None:
+    def __init__(self, config: SimulationConfig, rank: int, gpu: GpuProfile = H100_SXM) -> None:
         self.rank = rank
         self.local_rank = rank % config.gpus_per_node
         self.gpu = self.local_rank
@@ -177,7 +177,7 @@ class RankState:
         hw_rng = random.Random(f"{config.seed}:{config.cluster}:{self.node}:{self.gpu}:hw")
         self.gpu_uuid = f"GPU-{uuid.UUID(int=hw_rng.getrandbits(128), version=4)}"
         self.energy_mj = hw_rng.randrange(10**9, 10**11)  # counter since driver load
-        self.temperature_c = H100_SXM.ambient_c + hw_rng.uniform(2.0, 6.0)
+        self.temperature_c = gpu.ambient_c + hw_rng.uniform(2.0, 6.0)
         self.mem_base_bytes = 58 * _GIB + hw_rng.randrange(0, _GIB)
         self.timing_rng = random.Random(f"{config.seed}:timing:{rank}")
         self.rng = random.Random(f"{config.seed}:gpu:{rank}")
@@ -202,7 +202,7 @@ class TrainingJobSimulator:
         self.step_ns = round(config.step_time_s * _NS)
         self.sample_ns = max(1, round(config.sample_interval_s * _NS))
         self.heartbeat_ns = max(1, round(config.heartbeat_interval_s * _NS))
-        self.ranks = [RankState(config, r) for r in range(config.ranks)]
+        self.ranks = [RankState(config, r, gpu) for r in range(config.ranks)]
         self.node_names = sorted({r.node for r in self.ranks})
         self._id_rng = random.Random(
             f"{config.seed}:{config.cluster}:{config.job_id}:{self.start_ns}:ids"
@@ -276,7 +276,8 @@ class TrainingJobSimulator:
     def extra_events(self, step: int, start_ns: int, end_ns: int) -> list[Event]:
         """Discrete events (XIDs, link flaps, scheduler actions) with ts in [start_ns, end_ns].
 
-        The default job is healthy: none.
+        Build them with :meth:`next_event_id` and :meth:`observed_ts`. The default job is
+        healthy: none.
         """
         return []
 
@@ -312,13 +313,15 @@ class TrainingJobSimulator:
             t, step = end, step + 1
         yield self._scheduler_event(first_node, t, "job_completed", "COMPLETED", exit_code=0)
 
-    def _event_id(self) -> str:
+    def next_event_id(self) -> str:
+        """A deterministic event id (for hooks that add events, too)."""
         return f"{self._id_rng.getrandbits(128):032x}"
 
     def _span_id(self) -> str:
         return f"{self._id_rng.getrandbits(64) or 1:016x}"
 
-    def _observed(self, ts: int) -> int:
+    def observed_ts(self, ts: int) -> int:
+        """``ts`` plus a small, seeded collector delay: when the agent publishes the event."""
         return ts + _MIN_DELAY_NS + int(self._delay_rng.random() * (_MAX_DELAY_NS - _MIN_DELAY_NS))
 
     def _step_spans(self, step: int, tl: _StepTimeline, out: list[Event]) -> None:
@@ -351,7 +354,7 @@ class TrainingJobSimulator:
     ) -> SpanEvent:
         """One span; ``parent_span_id=None`` makes a root span."""
         return SpanEvent(
-            event_id=self._event_id(),
+            event_id=self.next_event_id(),
             schema_id="span/1",
             kind="span",
             cluster=self.config.cluster,
@@ -361,7 +364,7 @@ class TrainingJobSimulator:
             local_rank=rank.local_rank,
             gpu=rank.gpu,
             ts=end_ns,
-            observed_ts=self._observed(end_ns),
+            observed_ts=self.observed_ts(end_ns),
             payload=Span(
                 name=SPAN_NAME[phase],
                 phase=phase,
@@ -378,7 +381,7 @@ class TrainingJobSimulator:
 
     def _gpu_sample(self, rank: RankState, tl: _StepTimeline, t_ns: int) -> GpuSampleEvent:
         return GpuSampleEvent(
-            event_id=self._event_id(),
+            event_id=self.next_event_id(),
             schema_id="gpu_sample/1",
             kind="gpu_sample",
             cluster=self.config.cluster,
@@ -388,7 +391,7 @@ class TrainingJobSimulator:
             local_rank=rank.local_rank,
             gpu=rank.gpu,
             ts=t_ns,
-            observed_ts=self._observed(t_ns),
+            observed_ts=self.observed_ts(t_ns),
             payload=self.gpu_sample_payload(rank, _phase_at(tl, rank.rank, t_ns), t_ns),
         )
 
@@ -398,14 +401,14 @@ class TrainingJobSimulator:
         # The agent tags its heartbeats with the job that owns the node, so they share the job's
         # partition and a per-job detector sees a silent node.
         return HeartbeatEvent(
-            event_id=self._event_id(),
+            event_id=self.next_event_id(),
             schema_id="heartbeat/1",
             kind="heartbeat",
             cluster=self.config.cluster,
             job_id=self.config.job_id,
             node=node,
             ts=t_ns,
-            observed_ts=self._observed(t_ns),
+            observed_ts=self.observed_ts(t_ns),
             payload=Heartbeat(
                 agent=AGENT_NAME,
                 agent_version=AGENT_VERSION,
@@ -423,14 +426,14 @@ class TrainingJobSimulator:
         exit_code: int | None = None,
     ) -> SchedulerEventEvent:
         return SchedulerEventEvent(
-            event_id=self._event_id(),
+            event_id=self.next_event_id(),
             schema_id="scheduler_event/1",
             kind="scheduler_event",
             cluster=self.config.cluster,
             job_id=self.config.job_id,
             node=node,
             ts=t_ns,
-            observed_ts=self._observed(t_ns),
+            observed_ts=self.observed_ts(t_ns),
             payload=SchedulerEvent(
                 source="simulator", event_type=event_type, state=state, exit_code=exit_code
             ),

@@ -125,12 +125,14 @@ def sink(
     home: HomeOpt = Path(".rankscope"),
     prefix: PrefixOpt = "rankscope",
     database: DatabaseOpt = "rankscope",
+    max_batch_rows: Annotated[int, typer.Option(help="Rows per ClickHouse insert, at most.")] = 50_000,
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
     from sinks.kafka_sink import run_sink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    stats = run_sink(_settings(home, bootstrap, clickhouse_url, prefix, database).sink(bootstrap, clickhouse_url))
+    cfg = _settings(home, bootstrap, clickhouse_url, prefix, database).sink(bootstrap, clickhouse_url)
+    stats = run_sink(cfg.model_copy(update={"max_batch_rows": max_batch_rows}))
     err.print(f"sink stopped: {stats}")
 
 

@@ -75,6 +75,7 @@ class PipelineConfig:
     topic_prefix: str
     database: str
     home: Path
+    sink_max_batch_rows: int = 50_000
 
     @property
     def topics(self) -> Topics:
@@ -117,6 +118,8 @@ class Pipeline:
                 config.clickhouse_url,
                 "--database",
                 config.database,
+                "--max-batch-rows",
+                str(config.sink_max_batch_rows),
             ],
             logs / "sink.log",
         )

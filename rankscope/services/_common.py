@@ -14,6 +14,15 @@ from pathlib import Path
 
 Progress = Callable[[str], None]
 
+# chDB server settings shared by the launcher (clickhouse_local) and the server module itself;
+# kept here so that importing the launcher does not import the `-m` entry point.
+DEFAULT_MEMORY_RATIO = 0.5  # max_server_memory_usage_to_ram_ratio: leave room for the broker
+
+
+def run_dir_for(data_dir: Path) -> Path:
+    """chDB's private working directory (config.xml, log), a sibling of its data dir."""
+    return data_dir.parent / f"{data_dir.name}.run"
+
 
 class ServiceError(RuntimeError):
     """A local service could not be prepared, started or stopped; the message carries log tails."""
@@ -47,8 +56,10 @@ def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
 
 
 def port_free(host: str, port: int) -> bool:
-    """True when we could bind host:port right now."""
+    """True when a server could bind host:port right now (TIME_WAIT leftovers don't count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Java and ClickHouse listen with SO_REUSEADDR, so mirror that here.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -94,6 +105,21 @@ def pid_matches(pid: int, *needles: str) -> bool:
     if not cmdline:  # no /proc (not Linux): trust the pid
         return True
     return all(needle in cmdline for needle in needles)
+
+
+def pids_with(*needles: str) -> list[int]:
+    """Live processes whose command line contains every needle (Linux /proc; [] elsewhere)."""
+    found: list[int] = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        cmdline = pid_cmdline(int(entry.name))
+        if cmdline and all(n in cmdline for n in needles) and pid_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
 
 
 def tail(path: Path, lines: int = 40) -> str:

@@ -17,8 +17,11 @@ handler and keeps it alive while that query runs. Facts this module is built on 
   directory, so the engine runs in a private directory next to the data directory;
 * the data directory is locked by the engine process, and data persists across restarts.
 
-SIGTERM stops cleanly: the engine cancels its keep-alive query over HTTP (``KILL QUERY`` needs a
-POST; GET requests are read-only) and exits 0.
+SIGTERM stops it: the engine cancels its keep-alive query over HTTP (``KILL QUERY`` needs a POST;
+GET requests are read-only), which shuts the HTTP server down. With no client connection open
+that takes ~1 s and exits 0; while clients still hold connections chDB waits ~5 s and then
+force-exits with code 1 (committed inserts are on disk either way). A short HTTP keep-alive
+timeout keeps idle pooled connections from causing that wait.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import importlib
 import os
 import signal
 import subprocess
@@ -37,7 +41,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from types import FrameType
+from typing import Any
 from xml.sax.saxutils import escape
+
+from rankscope.services._common import DEFAULT_MEMORY_RATIO, run_dir_for
 
 KEEPALIVE_TAG = "rankscope-chdb-keepalive"
 KEEPALIVE_QUERY = (
@@ -48,20 +55,17 @@ KEEPALIVE_QUERY = (
 EXIT_RESTART = 75  # engine served, then its keep-alive query ended: the supervisor restarts it
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 300.0
-DEFAULT_MEMORY_RATIO = 0.5
-
-
-def run_dir_for(data_dir: Path) -> Path:
-    """The engine's private working directory (config.xml, log), a sibling of the data dir."""
-    return data_dir.parent / f"{data_dir.name}.run"
 
 
 def config_xml(host: str, port: int, memory_ratio: float | None) -> str:
-    """Only settings chDB accepts: listen_host, http_port and the server memory cap."""
+    """Server settings chDB was verified to accept; anything else in here is untested."""
     parts = [
         "<clickhouse>",
         f"  <listen_host>{escape(host)}</listen_host>",
         f"  <http_port>{int(port)}</http_port>",
+        # Idle keep-alive connections hold up shutdown (then chDB force-exits after ~5 s);
+        # 3 s was ClickHouse's own default for years, and clickhouse-connect retries remote closes.
+        "  <keep_alive_timeout>3</keep_alive_timeout>",
     ]
     if memory_ratio is not None:
         parts.append(
@@ -73,7 +77,8 @@ def config_xml(host: str, port: int, memory_ratio: float | None) -> str:
 
 
 def _log(message: str) -> None:
-    print(f"[chdb_server pid={os.getpid()}] {message}", file=sys.stderr, flush=True)
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    print(f"{stamp} [chdb_server pid={os.getpid()}] {message}", file=sys.stderr, flush=True)
 
 
 def _http(host: str, port: int, query: str | None = None, timeout_s: float = 2.0) -> bytes:
@@ -135,8 +140,8 @@ def run_engine(
 
     def serve() -> None:
         try:
-            from chdb import _chdb
-
+            # The compiled module has no type information; one call per process (see above).
+            _chdb: Any = importlib.import_module("chdb._chdb")
             result = _chdb.query(KEEPALIVE_QUERY, "TabSeparated", path=str(data_dir))
             error = getattr(result, "error_message", None)
             outcome.append(f"returned {error() if callable(error) else ''}".strip())
@@ -159,13 +164,15 @@ def run_engine(
         return EXIT_RESTART if served else 1
 
     _log("SIGTERM: cancelling the keep-alive query")
-    with contextlib.suppress(OSError, urllib.error.URLError):
+    try:
         _http(
             host,
             port,
             f"KILL QUERY WHERE query LIKE '%{KEEPALIVE_TAG}%' AND query NOT ILIKE 'KILL%' ASYNC",
             timeout_s=5.0,
         )
+    except (OSError, urllib.error.URLError) as exc:
+        _log(f"could not cancel the keep-alive query: {exc}")
     if finished.wait(10.0):
         _log("stopped")
         return 0
@@ -197,6 +204,7 @@ def supervise(argv_engine: list[str]) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+            _log(f"engine exited with code {child.returncode}; supervisor exiting")
             return 0
         code = child.returncode
         now = time.monotonic()

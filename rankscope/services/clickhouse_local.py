@@ -6,6 +6,7 @@ exactly as they would to a ClickHouse server; see `chdb_server` for how it is se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -18,13 +19,18 @@ from typing import Self
 
 import rankscope
 from rankscope.services._common import (
+    DEFAULT_MEMORY_RATIO,
     ServiceError,
     free_port,
+    pid_alive,
+    pid_cmdline,
     pid_matches,
+    pids_with,
+    run_dir_for,
     tail,
     terminate,
+    wait_until,
 )
-from rankscope.services.chdb_server import DEFAULT_MEMORY_RATIO, run_dir_for
 
 _MODULE = "rankscope.services.chdb_server"
 
@@ -78,7 +84,9 @@ class LocalClickHouse:
         return self.run_dir / "server.log"
 
     @classmethod
-    def attach(cls, pid: int, data_dir: Path, port: int, host: str = "127.0.0.1") -> LocalClickHouse:
+    def attach(
+        cls, pid: int, data_dir: Path, port: int, host: str = "127.0.0.1"
+    ) -> LocalClickHouse:
         """Handle for a server started by another process (the CLI's `services up`)."""
         server = cls(data_dir, port, host)
         server.pid = pid
@@ -102,6 +110,9 @@ class LocalClickHouse:
             return self
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # An engine orphaned by a killed supervisor exits on its own (parent-death signal) but
+        # holds the data-dir lock for a second or so; give it that time instead of failing.
+        wait_until(lambda: not self._orphaned_engines(), 10.0)
         cmd = [
             sys.executable,
             "-m",
@@ -117,6 +128,9 @@ class LocalClickHouse:
         ]
         env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1"}
         with self.log_file.open("ab") as log:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            log.write(f"----- {stamp} starting on {self.url} -----\n".encode())
+            log.flush()
             self._proc = subprocess.Popen(
                 cmd,
                 cwd=self.run_dir,
@@ -145,6 +159,16 @@ class LocalClickHouse:
                 )
             time.sleep(0.1)
         return self
+
+    def _orphaned_engines(self) -> list[int]:
+        """Engine processes on our data dir whose supervisor is gone."""
+        orphans = []
+        for pid in pids_with(_MODULE, f"--data-dir {self.data_dir} ", "--parent-pid"):
+            args = pid_cmdline(pid).split()
+            with contextlib.suppress(ValueError, IndexError):
+                if not pid_alive(int(args[args.index("--parent-pid") + 1])):
+                    orphans.append(pid)
+        return orphans
 
     def stop(self, timeout_s: float = 20) -> None:
         """SIGTERM the supervisor (it stops the engine cleanly), SIGKILL the group on timeout."""

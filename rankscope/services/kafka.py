@@ -21,10 +21,11 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # the admin package re-exports it without __all__
 
 from rankscope.services._common import (
     Progress,
@@ -185,7 +186,9 @@ def new_cluster_id() -> str:
 
 
 def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "logger": _QUIET})
+    # A logger that nobody polls keeps librdkafka's "connection refused" chatter off stderr.
+    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _QUIET}
+    return AdminClient(config)
 
 
 def kafka_healthy(bootstrap: str, timeout_s: float = 3.0) -> bool:
@@ -294,6 +297,9 @@ class LocalKafka:
         ]
         _say(self.progress, f"Starting Kafka {self.version} on {self.bootstrap}...")
         with self.stdout_log.open("ab") as out:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            out.write(f"----- {stamp} starting on {self.bootstrap} -----\n".encode())
+            out.flush()
             self._proc = subprocess.Popen(
                 cmd,
                 cwd=self.data_dir,
@@ -398,7 +404,9 @@ class LocalKafka:
                 code = self._proc.returncode if self._proc is not None else None
                 self._proc = None
                 self.pid = None
-                raise ServiceError(f"Kafka broker exited during startup (code {code})\n{self._logs()}")
+                raise ServiceError(
+                    f"Kafka broker exited during startup (code {code})\n{self._logs()}"
+                )
             if admin is None and port_open(HOST, self.port):
                 admin = _admin(self.bootstrap)
             if admin is not None:
@@ -466,4 +474,3 @@ def ensure_topics(
         if time.monotonic() >= deadline:
             raise ServiceError(f"topics {missing} did not appear on {bootstrap} in {timeout_s} s")
         time.sleep(0.2)
-

@@ -1,0 +1,174 @@
+"""End-to-end throughput: publisher -> Kafka -> faust worker -> Kafka -> sink -> ClickHouse rows.
+
+Prints events/s end to end and, in the same run against the same broker, the ceiling: a bare
+confluent-kafka consumer reading the same raw topics (parsing each record's JSON, nothing else).
+The ratio is the number to watch; absolute figures move with the machine.
+
+    .venv/bin/python bench/e2e_throughput.py --ranks 256 --duration 60
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from confluent_kafka import Consumer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from collectors.publisher import Publisher, PublisherConfig  # noqa: E402
+from collectors.simulator import SimulationConfig, simulate  # noqa: E402
+from rankscope.kafka_admin import create_pipeline_topics  # noqa: E402
+from rankscope.pipeline import Pipeline, PipelineConfig  # noqa: E402
+from sinks.clickhouse import connect, migrate  # noqa: E402
+
+EVENT_TABLES = ["spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events"]
+
+
+@contextlib.contextmanager
+def endpoints(args: argparse.Namespace, home: Path) -> Iterator[tuple[str, str]]:
+    if args.bootstrap and args.clickhouse_url:
+        yield args.bootstrap, args.clickhouse_url
+        return
+    from rankscope.services import local_services
+
+    with local_services(home / "services", args.bootstrap, args.clickhouse_url) as eps:
+        yield eps.kafka_bootstrap, eps.clickhouse_url
+
+
+def stored(client, db: str, job_id: str) -> int:  # type: ignore[no-untyped-def]
+    q = " + ".join(
+        f"(SELECT count() FROM {db}.{t} WHERE job_id = %(j)s)" for t in EVENT_TABLES
+    )
+    return int(client.query(f"SELECT {q}", parameters={"j": job_id}).result_rows[0][0])
+
+
+def publish(cfg: PipelineConfig, sim: SimulationConfig) -> tuple[int, float]:
+    events = list(simulate(sim))
+    t0 = time.perf_counter()
+    with Publisher(PublisherConfig(bootstrap=cfg.bootstrap, topic_prefix=cfg.topic_prefix)) as p:
+        p.publish(events)
+        p.flush(120)
+    return len(events), time.perf_counter() - t0
+
+
+def ceiling(cfg: PipelineConfig, expected_events: int) -> float:
+    """A bare consumer over the raw topics: read every record, parse its JSON, count events."""
+    c = Consumer(
+        {
+            "bootstrap.servers": cfg.bootstrap,
+            "group.id": f"bench-ceiling-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * 1024 * 1024,
+        }
+    )
+    c.subscribe(cfg.topics.all_raw)
+    n = 0
+    t0 = None
+    deadline = time.monotonic() + 120
+    while n < expected_events and time.monotonic() < deadline:
+        for m in c.consume(num_messages=5000, timeout=0.5):
+            if m.error():
+                continue
+            if t0 is None:
+                t0 = time.perf_counter()
+            n += len(json.loads(m.value()))
+    elapsed = time.perf_counter() - (t0 or time.perf_counter())
+    c.close()
+    if n < expected_events:
+        raise RuntimeError(f"ceiling consumer saw {n} of {expected_events} events")
+    return n / elapsed
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """utime + stime of a process (Linux /proc), to show where the CPU goes."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    import os
+
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=256)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--clickhouse-url")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="rankscope-bench-"))
+    with endpoints(args, home) as (bootstrap, ch_url):
+        tag = f"bench{uuid.uuid4().hex[:8]}"
+        cfg = PipelineConfig(
+            bootstrap=bootstrap, clickhouse_url=ch_url, topic_prefix=tag, database=tag, home=home
+        )
+        create_pipeline_topics(bootstrap, cfg.topics, partitions=4)
+        client = connect(ch_url)
+        migrate(client, cfg.database)
+
+        with Pipeline(cfg) as pipeline:
+            # Warm up: workers joined their groups and one small job went all the way through.
+            warm = SimulationConfig(ranks=8, duration_s=10, job_id=f"{tag}-warm", seed=1)
+            n_warm, _ = publish(cfg, warm)
+            deadline = time.monotonic() + 120
+            while stored(client, cfg.database, warm.job_id) < n_warm:
+                if time.monotonic() > deadline or not (pipeline.worker.alive and pipeline.sink.alive):
+                    raise RuntimeError(f"warm-up failed:\n{pipeline.worker.log_tail()}\n{pipeline.sink.log_tail()}")
+                time.sleep(0.1)
+
+            sim = SimulationConfig(
+                ranks=args.ranks, duration_s=args.duration, job_id=f"{tag}-main", seed=2
+            )
+            pids = {
+                "worker": pipeline.worker.proc.pid if pipeline.worker.proc else None,
+                "sink": pipeline.sink.proc.pid if pipeline.sink.proc else None,
+            }
+            cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+            t0 = time.perf_counter()
+            n, publish_s = publish(cfg, sim)
+            while (have := stored(client, cfg.database, sim.job_id)) < n:
+                if time.perf_counter() - t0 > 600:
+                    raise RuntimeError(f"only {have} of {n} rows after 600 s")
+                time.sleep(0.05)
+            e2e_s = time.perf_counter() - t0
+            cpu = {k: round(cpu_seconds(v) - cpu0[k], 2) for k, v in pids.items()}
+
+        ceil = ceiling(cfg, n + n_warm)
+    e2e = n / e2e_s
+    figures = {
+        "events": n,
+        "publish_events_per_s": round(n / publish_s),
+        "e2e_events_per_s": round(e2e),
+        "ceiling_events_per_s": round(ceil),
+        "ratio_to_ceiling": round(e2e / ceil, 3),
+        "goal_events_per_s": 20_000,
+        "cpu_seconds": cpu,
+    }
+    print(
+        f"events: {n:,}  publish: {n / publish_s:,.0f}/s  end-to-end: {e2e:,.0f}/s "
+        f"({e2e_s:.2f}s)  ceiling (bare consumer): {ceil:,.0f}/s  ratio: {e2e / ceil:.3f}  "
+        f"goal: 20,000/s -> {'MET' if e2e >= 20_000 else 'NOT MET'}"
+    )
+    print(f"CPU seconds during the measured run: {cpu}")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""The whole path on a real broker and a real ClickHouse engine, each stage its own process."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from confluent_kafka import Producer
+
+from collectors.publisher import Publisher, PublisherConfig
+from rankscope.pipeline import Pipeline, PipelineConfig
+from schemas.events import dump_event, dump_events
+from sinks.clickhouse import connect
+from tests.factories import NOW_NS, gpu_sample, heartbeat, span
+
+TEN_YEARS_NS = int(10 * 365.25 * 86400 * 1e9)
+
+
+def _count(cfg: PipelineConfig, table: str, where: str = "1") -> int:
+    client = connect(cfg.clickhouse_url)
+    return int(
+        client.query(f"SELECT count() FROM {cfg.database}.{table} FINAL WHERE {where}").result_rows[
+            0
+        ][0]
+    )
+
+
+def test_bad_input_is_dead_lettered_and_neighbours_are_stored(
+    pipeline_config: PipelineConfig,
+) -> None:
+    cfg = pipeline_config
+    t = cfg.topics
+    before = [span(r, NOW_NS + r) for r in range(20)]
+    after = [gpu_sample(r, NOW_NS + 100 + r) for r in range(20)]
+    missing = json.loads(dump_event(heartbeat("node001", NOW_NS)))
+    del missing["payload"]["seq"]
+    del missing["cluster"]
+    bad = {
+        "not_json": (t.raw("gpu_sample"), b"GPU0 util=97% temp=71C \x00"),
+        "unknown_schema": (
+            t.raw("gpu_sample"),
+            json.dumps({"schema": "gpu_sample/9", "kind": "gpu_sample", "x": 1}).encode(),
+        ),
+        "invalid_event": (t.raw("heartbeat"), json.dumps(missing).encode()),
+        "too_large": (t.raw("span"), b"[" + b" " * (2 * 1024 * 1024) + b"]"),
+        "ts_out_of_range": (t.raw("span"), dump_event(span(3, NOW_NS - TEN_YEARS_NS))),
+    }
+    # A bare producer, as a broken third-party collector would be: not the project's publisher.
+    raw = Producer({"bootstrap.servers": cfg.bootstrap, "message.max.bytes": 4 * 1024 * 1024})
+    raw.produce(t.raw("span"), key=b"job-1", value=dump_events(before))
+    for topic, value in bad.values():
+        raw.produce(topic, key=b"job-1", value=value)
+    raw.produce(t.raw("gpu_sample"), key=b"job-1", value=dump_events(after))
+    assert raw.flush(30) == 0
+
+    with Pipeline(cfg) as pipeline:
+        pipeline.wait_drained(180)
+
+    client = connect(cfg.clickhouse_url)
+    rows = client.query(
+        f"SELECT reason_code, reason, source_topic, size_bytes FROM {cfg.database}.deadletter FINAL"
+    ).result_rows
+    by_code = {r[0]: r for r in rows}
+    assert sorted(by_code) == sorted(bad), rows
+    assert len(rows) == len(bad)
+    assert "not JSON" in by_code["not_json"][1]
+    assert "unknown schema 'gpu_sample/9'" in by_code["unknown_schema"][1]
+    assert "cluster: Field required" in by_code["invalid_event"][1]
+    assert "payload.seq: Field required" in by_code["invalid_event"][1]
+    assert "exceeds the 1,048,576-byte limit" in by_code["too_large"][1]
+    assert by_code["too_large"][3] == 2 * 1024 * 1024 + 2
+    assert "days before the record time" in by_code["ts_out_of_range"][1]
+    assert by_code["ts_out_of_range"][2] == t.raw("span")
+
+    assert _count(cfg, "spans") == len(before)
+    assert _count(cfg, "gpu_samples") == len(after)
+    ids = {r[0] for r in client.query(f"SELECT event_id FROM {cfg.database}.spans").result_rows}
+    assert ids == {e.event_id for e in before}
+
+
+def test_sink_sigkill_mid_stream_loses_and_duplicates_nothing(
+    pipeline_config: PipelineConfig,
+) -> None:
+    total = 100_000
+    cfg = PipelineConfig(**{**pipeline_config.__dict__, "sink_max_batch_rows": 4_000})
+    events = [span(i % 64, NOW_NS + i * 1000, step=i // 64, job="kill-test") for i in range(total)]
+    with Publisher(PublisherConfig(bootstrap=cfg.bootstrap, topic_prefix=cfg.topic_prefix)) as pub:
+        pub.publish(events)
+        stats = pub.flush(60)
+    assert stats.events_delivered == total
+
+    client = connect(cfg.clickhouse_url)
+    physical = f"SELECT count() FROM {cfg.database}.spans"
+    pipeline = Pipeline(cfg)
+    pipeline.start()
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            stored = int(client.query(physical).result_rows[0][0])
+            if stored >= 12_000:
+                break
+            assert pipeline.sink.alive, pipeline.sink.log_tail()
+            assert pipeline.worker.alive, pipeline.worker.log_tail()
+            assert time.monotonic() < deadline, "sink never got going"
+            time.sleep(0.05)
+        pipeline.sink.kill()
+        at_kill = int(client.query(physical).result_rows[0][0])
+        assert at_kill < total, "the kill must land in the middle of the stream"
+        pipeline.sink.start()
+        pipeline.wait_drained(240)
+    finally:
+        pipeline.stop()
+
+    distinct, visible = client.query(
+        f"SELECT uniqExact(event_id), (SELECT count() FROM {cfg.database}.spans FINAL) "
+        f"FROM {cfg.database}.spans"
+    ).result_rows[0]
+    assert distinct == total
+    assert visible == total
+    ids = client.query(
+        f"SELECT count() FROM (SELECT event_id, count() c FROM {cfg.database}.spans FINAL "
+        "GROUP BY event_id HAVING c > 1)"
+    ).result_rows[0][0]
+    assert ids == 0
+
+
+def test_windows_reach_clickhouse_once_per_rank_and_window(
+    pipeline_config: PipelineConfig,
+) -> None:
+    cfg = pipeline_config
+    s = 10**9
+    base = (NOW_NS // (5 * s)) * 5 * s - 60 * s
+    steps = [span(r, base + k * s + s // 2, dur_s=1.0, step=k) for k in range(20) for r in range(4)]
+    with Publisher(PublisherConfig(bootstrap=cfg.bootstrap, topic_prefix=cfg.topic_prefix)) as pub:
+        pub.publish(steps)
+        pub.flush(30)
+    with Pipeline(cfg) as pipeline:
+        pipeline.wait_drained(180)
+    client = connect(cfg.clickhouse_url)
+    rows = client.query(
+        f"SELECT rank, count(), sum(step_count), uniqExact(window_start_ns) "
+        f"FROM {cfg.database}.rank_windows FINAL GROUP BY rank ORDER BY rank"
+    ).result_rows
+    assert rows == [(r, 4, 20, 4) for r in range(4)]

@@ -1,0 +1,117 @@
+"""The validate stage on its own: every way a record can be bad, and the good ones around it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schemas.events import dump_event, dump_events
+from streams.config import ValidationLimits
+from streams.validate import RecordRef, validate_message
+from tests.factories import NOW_NS, gpu_sample, heartbeat, span
+
+LIMITS = ValidationLimits()
+REF = RecordRef(topic="rankscope.raw.span", partition=2, offset=41, timestamp_ns=NOW_NS)
+SECRET = "hunter2-super-secret-token"
+
+
+def run(value: bytes | None):  # type: ignore[no-untyped-def]
+    return validate_message(value, REF, LIMITS, now_ns=NOW_NS)
+
+
+def test_valid_batch_passes_whole() -> None:
+    evs = [span(r, NOW_NS) for r in range(4)] + [gpu_sample(0, NOW_NS), heartbeat("n1", NOW_NS)]
+    res = run(dump_events(evs))
+    assert res.dead == []
+    assert [e.event_id for e in res.events] == [e.event_id for e in evs]
+
+
+def test_single_event_object_is_accepted() -> None:
+    ev = span(3, NOW_NS)
+    res = run(dump_event(ev))
+    assert res.dead == [] and res.events == [ev]
+
+
+@pytest.mark.parametrize(
+    ("value", "code", "needle"),
+    [
+        (b"GPU0 util=97%", "not_json", "not JSON"),
+        (b"\xff\xfe\x00garbage", "not_utf8", "not UTF-8"),
+        (b"", "not_json", "empty message"),
+        (b"42", "not_an_event", "JSON int"),
+        (b"[]", "empty_batch", "empty JSON array"),
+        (json.dumps({"schema": "gpu_sample/9"}).encode(), "unknown_schema", "'gpu_sample/9'"),
+        (json.dumps({"kind": "span"}).encode(), "unknown_schema", "unknown schema missing"),
+    ],
+)
+def test_refused_whole_message(value: bytes, code: str, needle: str) -> None:
+    res = run(value)
+    assert res.events == []
+    assert len(res.dead) == 1
+    dead = res.dead[0]
+    assert dead.reason_code == code
+    assert needle in dead.reason
+    assert (dead.source_topic, dead.partition, dead.offset) == ("rankscope.raw.span", 2, 41)
+    assert dead.size_bytes == len(value)
+
+
+def test_too_large_is_refused_before_parsing() -> None:
+    value = b"[" + b" " * 2_000_000 + b"]"
+    res = run(value)
+    assert [d.reason_code for d in res.dead] == ["too_large"]
+    assert "2,000,002 bytes exceeds the 1,048,576-byte limit" in res.dead[0].reason
+
+
+def test_missing_fields_named_without_values() -> None:
+    doc = json.loads(dump_event(span(1, NOW_NS)))
+    del doc["payload"]["trace_id"]
+    del doc["node"]
+    doc["payload"]["error_message"] = SECRET
+    doc["payload"]["phase"] = SECRET
+    res = run(json.dumps(doc).encode())
+    assert res.events == []
+    (dead,) = res.dead
+    assert dead.reason_code == "invalid_event"
+    assert "node: Field required" in dead.reason
+    assert "payload.trace_id: Field required" in dead.reason
+    assert "payload.phase" in dead.reason
+    assert SECRET not in dead.reason  # values are never quoted
+    assert dead.event_id == doc["event_id"] and dead.schema_id == "span/1"
+
+
+def test_bad_element_is_refused_alone_in_a_batch() -> None:
+    good = [span(r, NOW_NS) for r in range(3)]
+    docs = [json.loads(dump_event(e)) for e in good]
+    docs.insert(1, {"schema": "span/1", "kind": "span"})
+    docs.append("not an object")
+    res = run(json.dumps(docs).encode())
+    assert [e.event_id for e in res.events] == [e.event_id for e in good]
+    assert [(d.reason_code, d.index_in_batch) for d in res.dead] == [
+        ("invalid_event", 1),
+        ("not_an_event", 4),
+    ]
+    assert len({d.dead_letter_id for d in res.dead}) == 2
+
+
+def test_timestamp_ten_years_off_is_refused() -> None:
+    ten_years_ns = int(10 * 365.25 * 86400 * 1e9)
+    past = span(0, NOW_NS - ten_years_ns)
+    future = span(1, NOW_NS + ten_years_ns)
+    ok = span(2, NOW_NS - 3600 * 10**9)
+    res = run(dump_events([past, ok, future]))
+    assert [e.event_id for e in res.events] == [ok.event_id]
+    codes = [(d.reason_code, d.index_in_batch) for d in res.dead]
+    assert codes == [("ts_out_of_range", 0), ("ts_out_of_range", 2)]
+    assert "3,652.5 days before the record time" in res.dead[0].reason
+    assert "after" in res.dead[1].reason
+
+
+def test_dead_letter_ids_are_stable_across_reprocessing() -> None:
+    a = run(b"nope").dead[0]
+    b = validate_message(b"nope", REF, LIMITS, now_ns=NOW_NS + 10**9).dead[0]
+    assert a.dead_letter_id == b.dead_letter_id
+    other = validate_message(
+        b"nope", RecordRef(REF.topic, REF.partition, REF.offset + 1, 0), LIMITS, now_ns=NOW_NS
+    ).dead[0]
+    assert other.dead_letter_id != a.dead_letter_id

@@ -1,0 +1,91 @@
+"""Event-time windows: emit once on close, grace, late routing, idle and terminal close."""
+
+from __future__ import annotations
+
+from streams.config import WindowConfig
+from streams.windows import WindowAggregator
+from tests.factories import gpu_sample, scheduler, span
+
+S = 10**9
+T0 = 1_800_000_000 * S  # a window boundary for 5 s windows
+
+
+def agg(size: float = 5, grace: float = 2, idle: float = 30) -> WindowAggregator:
+    return WindowAggregator(WindowConfig(size_s=size, grace_s=grace, idle_close_s=idle))
+
+
+def test_window_emitted_once_after_end_plus_grace() -> None:
+    a = agg()
+    for r in range(2):
+        for k in range(1, 5):
+            assert a.add(span(r, T0 + k * S, dur_s=1.0 + r * 0.5), wall_s=0) is None
+        a.add(gpu_sample(r, T0 + 2 * S, util=90 + r), wall_s=0)
+    assert a.close_ready(0) == []
+    # stream time reaches end (T0+5s) but not end + grace
+    a.add(span(0, T0 + 6 * S), 0)
+    assert a.close_ready(0) == []
+    a.add(span(0, T0 + 7 * S), 0)
+    out = a.close_ready(0)
+    assert [(w.rank, w.window_start_ns) for w in out] == [(0, T0), (1, T0)]
+    w1 = out[1]
+    assert w1.step_count == 4 and w1.step_time_mean_s == 1.5 and w1.step_time_max_s == 1.5
+    assert w1.gpu_util_mean_pct == 91 and w1.gpu_sample_count == 1 and w1.event_count == 5
+    assert w1.window_id == f"job-1/1/{T0}"
+    assert a.close_ready(0) == []  # never twice
+
+
+def test_event_for_a_closed_window_is_late_and_does_not_reopen_it() -> None:
+    a = agg()
+    a.add(span(0, T0 + 1 * S), 0)
+    a.add(span(0, T0 + 8 * S), 0)
+    assert len(a.close_ready(0)) == 1
+    late = a.add(span(1, T0 + 2 * S), 0)
+    assert late is not None
+    assert late.window_start_ns == T0 and late.lateness_ns == 3 * S
+    assert a.stats.late_events == 1
+    assert [w.window_start_ns for w in a.close_ready(0)] == []
+
+
+def test_out_of_order_within_grace_is_not_late() -> None:
+    a = agg()
+    a.add(span(0, T0 + 6 * S), 0)  # stream time 6 s: window [0,5) not closed (needs 7 s)
+    assert a.add(span(1, T0 + 4 * S), 0) is None
+    a.add(span(0, T0 + 7 * S), 0)
+    out = a.close_ready(0)
+    assert [(w.rank, w.window_start_ns) for w in out] == [(1, T0)]
+
+
+def test_idle_job_is_closed_by_processing_time() -> None:
+    a = agg(idle=10)
+    a.add(span(0, T0 + 1 * S), wall_s=100)
+    assert a.close_ready(105) == []
+    assert len(a.close_ready(111)) == 1
+    assert a.open_windows() == 0
+    assert a.add(span(0, T0 + 2 * S), wall_s=112) is not None  # now late
+
+
+def test_terminal_scheduler_event_closes_everything() -> None:
+    a = agg()
+    a.add(span(0, T0 + 1 * S), 0)
+    a.add(span(0, T0 + 6 * S), 0)
+    a.add(scheduler("job_completed", T0 + 6 * S), 0)
+    assert len(a.close_ready(0)) == 2
+
+
+def test_jobs_have_independent_stream_time() -> None:
+    a = agg()
+    a.add(span(0, T0 + 1 * S, job="a"), 0)
+    a.add(span(0, T0 + 60 * S, job="b"), 0)
+    out = a.close_ready(0)
+    assert [w.job_id for w in out] == []  # b's window still open (no grace passed), a untouched
+    a.add(span(0, T0 + 70 * S, job="b"), 0)
+    assert [w.job_id for w in a.close_ready(0)] == ["b"]
+
+
+def test_clock_offset_moves_event_into_the_right_window() -> None:
+    a = agg()
+    # The node's clock runs 3 s ahead: its 6.5 s is really 3.5 s -> first window.
+    a.add(span(0, T0 + int(6.5 * S), clock_offset_ns=3 * S), 0)
+    a.add(span(1, T0 + 8 * S), 0)
+    out = a.close_ready(0)
+    assert [(w.rank, w.window_start_ns) for w in out] == [(0, T0)]
