@@ -30,6 +30,16 @@ class WindowConfig(BaseModel):
 
     size_s: float = Field(default=5.0, gt=0)
     grace_s: float = Field(default=2.0, ge=0)
+    channel_idle_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="A (kind, node) input silent this long stops holding the watermark back.",
+    )
+    channel_discovery_s: float = Field(
+        default=3.0,
+        ge=0,
+        description="After a job is first seen, hold its windows this long while inputs appear.",
+    )
     idle_close_s: float = Field(
         default=10.0,
         gt=0,

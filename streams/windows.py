@@ -2,13 +2,19 @@
 
 - Window of an event: ``[start, start + size)`` with ``start = t - t % size`` where ``t`` is the
   event time corrected by the source's clock offset when one is known.
-- Stream time (the watermark) is per job: the highest corrected event time seen for that job.
+- Stream time (the watermark) is per job, and it is the *minimum* over the job's input channels
+  (one per event kind and node) of the highest corrected event time each has delivered, as in
+  Flink. Collectors batch per kind and node, so one channel can run far ahead of another; taking
+  the maximum would declare the slower channel's events late. A channel silent for
+  ``channel_idle_s`` of processing time stops holding the watermark back (a dead node must not
+  stall its job's windows forever). Channels are discovered as events arrive, so a job's
+  watermark stays at its start for ``channel_discovery_s`` of processing time after the job is
+  first seen: a kind whose topic is read a moment later must not find its windows closed.
 - A window closes, and is emitted exactly once, when ``stream_time >= end + grace``.
 - An event for a window that already closed is *late*: counted and returned to the caller,
   which routes it to the late topic. It never changes an emitted window.
-- A job that goes quiet (no events for ``idle_close_s`` of processing time) or that reports a
-  terminal scheduler event has its open windows closed, so the last windows of a job are not
-  held forever.
+- A job whose every channel is silent for ``idle_close_s`` has its open windows closed, so the
+  last windows of a finished job are not held forever.
 
 Pure Python, no Kafka: the faust agent owns one instance and drives it.
 """
@@ -20,11 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from schemas.derived import LateEvent, RankWindow
-from schemas.events import Event, GpuSampleEvent, SchedulerEventEvent, SpanEvent
+from schemas.events import Event, GpuSampleEvent, SpanEvent
 from streams.config import WindowConfig
-
-_TERMINAL = frozenset({"job_completed", "job_failed", "job_cancelled", "job_timeout"})
-
 
 @dataclass
 class _Acc:
@@ -39,11 +42,29 @@ class _Acc:
 
 
 @dataclass
+class _Channel:
+    max_ts: int
+    last_seen_wall: float
+
+
+@dataclass
 class _JobState:
-    stream_time: int = -1
+    first_seen_wall: float
     closed_until: int = -1  # every window with end <= closed_until has been emitted
     last_seen_wall: float = 0.0
+    channels: dict[tuple[str, str], _Channel] = field(default_factory=dict)  # (kind, node)
     open: dict[tuple[int, int], _Acc] = field(default_factory=dict)  # (window_start, rank)
+
+    def stream_time(self, wall_s: float, channel_idle_s: float, discovery_s: float) -> int:
+        """Min over active channels of their max event time (max over all if all are idle)."""
+        if not self.channels or wall_s - self.first_seen_wall < discovery_s:
+            return -1
+        active = [
+            c.max_ts for c in self.channels.values() if wall_s - c.last_seen_wall < channel_idle_s
+        ]
+        if active:
+            return min(active)
+        return max(c.max_ts for c in self.channels.values())
 
 
 @dataclass
@@ -63,26 +84,26 @@ class WindowAggregator:
         self.size_ns = int(config.size_s * 1e9)
         self.grace_ns = int(config.grace_s * 1e9)
         self.idle_close_s = config.idle_close_s
+        self.channel_idle_s = config.channel_idle_s
+        self.discovery_s = config.channel_discovery_s
         self._jobs: dict[str, _JobState] = {}
         self.stats = WindowStats()
 
     # -- feeding -------------------------------------------------------------------------
     def add(self, ev: Event, wall_s: float) -> LateEvent | None:
         """Account one event. Returns a LateEvent when its window has already closed."""
-        job = self._jobs.setdefault(ev.job_id, _JobState())
+        if ev.rank is None:
+            return None  # node/job-level events (heartbeats, scheduler) are not windowed
+        job = self._jobs.get(ev.job_id)
+        if job is None:
+            job = self._jobs[ev.job_id] = _JobState(first_seen_wall=wall_s)
         job.last_seen_wall = wall_s
         t = corrected_ts(ev)
-        if isinstance(ev, SchedulerEventEvent) and ev.payload.event_type in _TERMINAL:
-            # Nothing of this job is expected after its end: let every window close.
-            job.stream_time = max(job.stream_time, t + self.size_ns + self.grace_ns)
-            return None
-        if ev.rank is None:
-            job.stream_time = max(job.stream_time, t)
-            return None
         self.stats.events += 1
         start = t - t % self.size_ns
         if start + self.size_ns <= job.closed_until:
             self.stats.late_events += 1
+            watermark = job.stream_time(wall_s, self.channel_idle_s, self.discovery_s)
             return LateEvent(
                 event_id=ev.event_id,
                 kind=ev.kind,
@@ -92,11 +113,16 @@ class WindowAggregator:
                 node=ev.node,
                 ts=ev.ts,
                 window_start_ns=start,
-                watermark_ns=job.stream_time,
-                lateness_ns=job.stream_time - (start + self.size_ns),
+                watermark_ns=watermark,
+                lateness_ns=max(0, watermark - (start + self.size_ns)),
                 received_ts=int(wall_s * 1e9),
             )
-        job.stream_time = max(job.stream_time, t)
+        ch = job.channels.get((ev.kind, ev.node))
+        if ch is None:
+            job.channels[(ev.kind, ev.node)] = _Channel(t, wall_s)
+        else:
+            ch.max_ts = max(ch.max_ts, t)
+            ch.last_seen_wall = wall_s
         acc = job.open.get((start, ev.rank))
         if acc is None:
             acc = job.open[(start, ev.rank)] = _Acc(cluster=ev.cluster, node=ev.node)
@@ -119,7 +145,8 @@ class WindowAggregator:
             if job.open and wall_s - job.last_seen_wall >= self.idle_close_s:
                 boundary = math.inf
             else:
-                boundary = job.stream_time - self.grace_ns
+                stream_time = job.stream_time(wall_s, self.channel_idle_s, self.discovery_s)
+                boundary = stream_time - self.grace_ns
             out.extend(self._close(job_id, job, boundary, wall_s))
         return out
 
@@ -149,9 +176,7 @@ class WindowAggregator:
                 emitted_ts=emitted_ns,
             )
             job.closed_until = max(job.closed_until, start + self.size_ns)
-        if boundary == math.inf and not job.open:
-            job.closed_until = max(job.closed_until, job.stream_time - job.stream_time % self.size_ns)
-        elif boundary != math.inf:
+        if boundary != math.inf:
             b = int(boundary)
             job.closed_until = max(job.closed_until, b - b % self.size_ns)
 

@@ -10,8 +10,14 @@ S = 10**9
 T0 = 1_800_000_000 * S  # a window boundary for 5 s windows
 
 
-def agg(size: float = 5, grace: float = 2, idle: float = 30) -> WindowAggregator:
-    return WindowAggregator(WindowConfig(size_s=size, grace_s=grace, idle_close_s=idle))
+def agg(
+    size: float = 5, grace: float = 2, idle: float = 30, discovery: float = 0
+) -> WindowAggregator:
+    return WindowAggregator(
+        WindowConfig(
+            size_s=size, grace_s=grace, idle_close_s=idle, channel_discovery_s=discovery
+        )
+    )
 
 
 def test_window_emitted_once_after_end_plus_grace() -> None:
@@ -23,13 +29,16 @@ def test_window_emitted_once_after_end_plus_grace() -> None:
     assert a.close_ready(0) == []
     # stream time reaches end (T0+5s) but not end + grace
     a.add(span(0, T0 + 6 * S), 0)
+    a.add(gpu_sample(0, T0 + 6 * S), 0)
     assert a.close_ready(0) == []
     a.add(span(0, T0 + 7 * S), 0)
+    a.add(gpu_sample(0, T0 + 7 * S), 0)
     out = a.close_ready(0)
     assert [(w.rank, w.window_start_ns) for w in out] == [(0, T0), (1, T0)]
     w1 = out[1]
     assert w1.step_count == 4 and w1.step_time_mean_s == 1.5 and w1.step_time_max_s == 1.5
     assert w1.gpu_util_mean_pct == 91 and w1.gpu_sample_count == 1 and w1.event_count == 5
+    assert out[0].event_count == 5
     assert w1.window_id == f"job-1/1/{T0}"
     assert a.close_ready(0) == []  # never twice
 
@@ -64,12 +73,36 @@ def test_idle_job_is_closed_by_processing_time() -> None:
     assert a.add(span(0, T0 + 2 * S), wall_s=112) is not None  # now late
 
 
-def test_terminal_scheduler_event_closes_everything() -> None:
+def test_a_channel_that_runs_ahead_does_not_make_the_others_late() -> None:
+    """Collectors batch per kind and node: GPU samples may arrive 60 s ahead of spans."""
     a = agg()
     a.add(span(0, T0 + 1 * S), 0)
-    a.add(span(0, T0 + 6 * S), 0)
-    a.add(scheduler("job_completed", T0 + 6 * S), 0)
-    assert len(a.close_ready(0)) == 2
+    for k in range(60):
+        a.add(gpu_sample(0, T0 + k * S), 0)
+    assert a.close_ready(0) == []  # the span channel still sits at 1 s
+    for k in range(2, 60):
+        assert a.add(span(0, T0 + k * S), 0) is None  # none of them is late
+    out = a.close_ready(0)
+    assert [w.window_start_ns for w in out] == [T0 + i * 5 * S for i in range(11)]
+    assert all(w.step_count == 5 and w.gpu_sample_count == 5 for w in out[1:])
+
+
+def test_a_silent_channel_stops_holding_the_watermark_back() -> None:
+    a = agg(idle=100)  # job-level idle close far away; only the channel rule applies
+    a.add(span(0, T0 + 1 * S), wall_s=0)  # node000
+    a.add(span(8, T0 + 1 * S), wall_s=0)  # node001, which then goes silent
+    for k in range(2, 20):
+        a.add(span(0, T0 + k * S), wall_s=k * 0.1)
+    assert a.close_ready(2.0) == []  # node001 still counts as active
+    out = a.close_ready(6.0)  # 6 s of silence > channel_idle_s (5 s)
+    assert {(w.rank, w.window_start_ns) for w in out} >= {(0, T0), (8, T0)}
+
+
+def test_scheduler_and_heartbeat_events_are_not_windowed() -> None:
+    a = agg()
+    assert a.add(scheduler("job_completed", T0 + 100 * S), 0) is None
+    a.add(span(0, T0 + 1 * S), 0)
+    assert a.close_ready(0) == []  # the scheduler event did not advance stream time
 
 
 def test_jobs_have_independent_stream_time() -> None:
@@ -89,3 +122,15 @@ def test_clock_offset_moves_event_into_the_right_window() -> None:
     a.add(span(1, T0 + 8 * S), 0)
     out = a.close_ready(0)
     assert [(w.rank, w.window_start_ns) for w in out] == [(0, T0)]
+
+
+def test_windows_wait_for_inputs_to_be_discovered() -> None:
+    """The GPU-sample topic is read first; spans of the same seconds come a moment later."""
+    a = agg(discovery=3)
+    for k in range(30):
+        a.add(gpu_sample(0, T0 + k * S), wall_s=100.0)
+    assert a.close_ready(101.0) == []  # still discovering the job's inputs
+    for k in range(30):
+        assert a.add(span(0, T0 + k * S + S // 2), wall_s=101.5) is None
+    out = a.close_ready(103.5)
+    assert len(out) == 5 and all(w.step_count == 5 for w in out)
