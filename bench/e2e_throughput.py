@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -27,6 +28,7 @@ from collectors.publisher import Publisher, PublisherConfig  # noqa: E402
 from collectors.simulator import SimulationConfig, simulate  # noqa: E402
 from rankscope.kafka_admin import create_pipeline_topics  # noqa: E402
 from rankscope.pipeline import Pipeline, PipelineConfig  # noqa: E402
+from schemas.events import Event  # noqa: E402
 from sinks.clickhouse import connect, migrate  # noqa: E402
 
 EVENT_TABLES = ["spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events"]
@@ -50,8 +52,7 @@ def stored(client, db: str, job_id: str) -> int:  # type: ignore[no-untyped-def]
     return int(client.query(f"SELECT {q}", parameters={"j": job_id}).result_rows[0][0])
 
 
-def publish(cfg: PipelineConfig, sim: SimulationConfig) -> tuple[int, float]:
-    events = list(simulate(sim))
+def publish(cfg: PipelineConfig, events: list[Event]) -> tuple[int, float]:
     t0 = time.perf_counter()
     with Publisher(PublisherConfig(bootstrap=cfg.bootstrap, topic_prefix=cfg.topic_prefix)) as p:
         p.publish(events)
@@ -88,6 +89,21 @@ def ceiling(cfg: PipelineConfig, expected_events: int) -> float:
     return n / elapsed
 
 
+def find_pid(*needles: str) -> int | None:
+    """The newest process whose command line holds every needle (the local services)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if all(n in cmd for n in needles) and "e2e_throughput" not in cmd:
+            found.append(int(d.name))
+    return max(found) if found else None
+
+
 def cpu_seconds(pid: int | None) -> float:
     """utime + stime of a process (Linux /proc), to show where the CPU goes."""
     if pid is None:
@@ -96,8 +112,6 @@ def cpu_seconds(pid: int | None) -> float:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -123,7 +137,7 @@ def main() -> int:
         with Pipeline(cfg) as pipeline:
             # Warm up: workers joined their groups and one small job went all the way through.
             warm = SimulationConfig(ranks=8, duration_s=10, job_id=f"{tag}-warm", seed=1)
-            n_warm, _ = publish(cfg, warm)
+            n_warm, _ = publish(cfg, list(simulate(warm)))
             deadline = time.monotonic() + 120
             while stored(client, cfg.database, warm.job_id) < n_warm:
                 if time.monotonic() > deadline or not (pipeline.worker.alive and pipeline.sink.alive):
@@ -136,14 +150,18 @@ def main() -> int:
             pids = {
                 "worker": pipeline.worker.proc.pid if pipeline.worker.proc else None,
                 "sink": pipeline.sink.proc.pid if pipeline.sink.proc else None,
+                "kafka": find_pid("kafka.Kafka", bootstrap.rsplit(":", 1)[-1]),
+                "clickhouse": find_pid("chdb_server", ch_url.rsplit(":", 1)[-1]),
+                "bench (publisher)": os.getpid(),
             }
             cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
+            events = list(simulate(sim))  # generated before the clock starts
             t0 = time.perf_counter()
-            n, publish_s = publish(cfg, sim)
+            n, publish_s = publish(cfg, events)
             while (have := stored(client, cfg.database, sim.job_id)) < n:
                 if time.perf_counter() - t0 > 600:
                     raise RuntimeError(f"only {have} of {n} rows after 600 s")
-                time.sleep(0.05)
+                time.sleep(0.2)
             e2e_s = time.perf_counter() - t0
             cpu = {k: round(cpu_seconds(v) - cpu0[k], 2) for k, v in pids.items()}
 

@@ -8,10 +8,15 @@ from schemas.events import (
     EVENT_MODELS,
     KINDS,
     MODEL_BY_SCHEMA,
+    AgentEventEvent,
+    CommEventEvent,
     Event,
+    FabricCountersEvent,
+    FabricEventEvent,
     GpuEventEvent,
     GpuSampleEvent,
     HeartbeatEvent,
+    NodeInventoryEvent,
     SchedulerEventEvent,
     SpanEvent,
     dump_event,
@@ -20,6 +25,11 @@ from schemas.events import (
 from schemas.topics import Topics, partition_key
 
 __all__ = [
+    "AgentEventEvent",
+    "CommEventEvent",
+    "FabricCountersEvent",
+    "FabricEventEvent",
+    "NodeInventoryEvent",
     "EVENT_ADAPTER",
     "EVENT_LIST_ADAPTER",
     "EVENT_MODELS",

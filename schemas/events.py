@@ -11,7 +11,18 @@ from typing import Annotated, Literal
 from pydantic import Field, TypeAdapter
 
 from schemas.envelope import Envelope
-from schemas.payloads import GpuEvent, GpuSample, Heartbeat, SchedulerEvent, Span
+from schemas.payloads import (
+    AgentEvent,
+    CommEvent,
+    FabricCounters,
+    FabricEvent,
+    GpuEvent,
+    GpuSample,
+    Heartbeat,
+    NodeInventory,
+    SchedulerEvent,
+    Span,
+)
 
 
 class GpuSampleEvent(Envelope):
@@ -44,8 +55,47 @@ class SpanEvent(Envelope):
     payload: Span
 
 
+class FabricCountersEvent(Envelope):
+    schema_id: Literal["fabric_counters/1"] = Field(alias="schema")
+    kind: Literal["fabric_counters"]
+    payload: FabricCounters
+
+
+class FabricEventEvent(Envelope):
+    schema_id: Literal["fabric_event/1"] = Field(alias="schema")
+    kind: Literal["fabric_event"]
+    payload: FabricEvent
+
+
+class CommEventEvent(Envelope):
+    schema_id: Literal["comm_event/1"] = Field(alias="schema")
+    kind: Literal["comm_event"]
+    payload: CommEvent
+
+
+class NodeInventoryEvent(Envelope):
+    schema_id: Literal["node_inventory/1"] = Field(alias="schema")
+    kind: Literal["node_inventory"]
+    payload: NodeInventory
+
+
+class AgentEventEvent(Envelope):
+    schema_id: Literal["agent_event/1"] = Field(alias="schema")
+    kind: Literal["agent_event"]
+    payload: AgentEvent
+
+
 Event = Annotated[
-    GpuSampleEvent | GpuEventEvent | HeartbeatEvent | SchedulerEventEvent | SpanEvent,
+    GpuSampleEvent
+    | GpuEventEvent
+    | HeartbeatEvent
+    | SchedulerEventEvent
+    | SpanEvent
+    | FabricCountersEvent
+    | FabricEventEvent
+    | CommEventEvent
+    | NodeInventoryEvent
+    | AgentEventEvent,
     Field(discriminator="schema_id"),
 ]
 
@@ -55,6 +105,11 @@ EVENT_MODELS: tuple[type[Envelope], ...] = (
     HeartbeatEvent,
     SchedulerEventEvent,
     SpanEvent,
+    FabricCountersEvent,
+    FabricEventEvent,
+    CommEventEvent,
+    NodeInventoryEvent,
+    AgentEventEvent,
 )
 
 #: schema id -> model, e.g. "span/1" -> SpanEvent

@@ -116,3 +116,116 @@ class Span(Payload):
     @property
     def duration_s(self) -> float:
         return max(0, self.end_ns - self.start_ns) / 1e9
+
+
+class FabricCounters(Payload):
+    """One poll of one InfiniBand/RoCE port: raw counter totals and per-second rates.
+
+    Counter names are the sysfs file names (``port_xmit_data``, ``symbol_error``, ...). Rates
+    are computed by the collector across polls with counter wrap handled; the first poll of a
+    port has totals but no rates.
+    """
+
+    device: ShortText  # e.g. mlx5_0
+    port: int = Field(ge=0)
+    link_layer: ShortText = ""  # InfiniBand | Ethernet
+    state: ShortText = ""  # e.g. "4: ACTIVE"
+    phys_state: ShortText = ""  # e.g. "5: LinkUp"
+    rate: ShortText = ""  # e.g. "400 Gb/sec (4X NDR)"
+    counters: dict[ShortText, int] = Field(default_factory=dict, max_length=256)
+    rates_per_s: dict[ShortText, float] = Field(default_factory=dict, max_length=256)
+    interval_s: float | None = Field(default=None, gt=0)
+
+
+FabricEventType = Literal[
+    "link_down",
+    "link_up",
+    "state_change",
+    "error_counter_increase",
+    "port_unreadable",
+    "nvlink_down",
+    "nvlink_error",
+    "other",
+]
+
+
+class FabricEvent(Payload):
+    """A discrete fabric event: link state change, error-counter increase, NVLink trouble."""
+
+    event_type: FabricEventType
+    device: ShortText = ""  # HCA (mlx5_0) or GPU uuid for NVLink
+    port: int | None = Field(default=None, ge=0)  # HCA port or NVLink link index
+    counter: ShortText = ""
+    delta: int | None = None
+    old_state: ShortText = ""
+    new_state: ShortText = ""
+    message: LongText = ""
+
+
+CommEventType = Literal[
+    "nccl_warn",
+    "nccl_error",
+    "watchdog_timeout",
+    "net_ib_error",
+    "remote_process_exited",
+    "process_group_abort",
+    "other",
+]
+
+
+class CommEvent(Payload):
+    """A communication-library message (NCCL, PyTorch ProcessGroupNCCL) parsed from a log line.
+
+    ``message`` is the human text of the line (free text: redaction scans it); the structured
+    fields are what correlation uses.
+    """
+
+    source: Literal["nccl", "pytorch", "other"]
+    event_type: CommEventType
+    op: ShortText = ""  # e.g. ALLREDUCE
+    seq: int | None = Field(default=None, ge=0)  # collective sequence number
+    peer_rank: int | None = Field(default=None, ge=0)
+    peer: ShortText = ""  # peer host/address as logged
+    timeout_ms: int | None = Field(default=None, ge=0)
+    elapsed_ms: int | None = Field(default=None, ge=0)
+    process_group: ShortText = ""
+    pid: int | None = Field(default=None, ge=0)
+    log_file: ShortText = ""
+    message: LongText = ""
+
+
+class NodeInventory(Payload):
+    """Software and hardware versions of a node; ``fingerprint`` changes when any of them does."""
+
+    driver_version: ShortText = ""
+    cuda_version: ShortText = ""
+    nccl_version: ShortText = ""
+    kernel: ShortText = ""
+    os: ShortText = ""
+    gpu_model: ShortText = ""
+    gpu_count: int = Field(default=0, ge=0)
+    gpu_vbios: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
+    hca_firmware: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
+    extra: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
+    fingerprint: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16,64}$")]
+
+
+AgentEventType = Literal[
+    "agent_started",
+    "agent_stopped",
+    "collector_error",
+    "collector_recovered",
+    "spool_overflow",
+    "spool_replayed",
+    "other",
+]
+
+
+class AgentEvent(Payload):
+    """What the node agent says about itself: errors, recoveries, spool loss (counted, not silent)."""
+
+    event_type: AgentEventType
+    agent: ShortText = "rankscope-agent"
+    collector: ShortText = ""
+    count: int = Field(default=0, ge=0)
+    message: LongText = ""

@@ -12,10 +12,15 @@ from typing import Any
 from schemas.derived import DeadLetter, LateEvent, RankWindow
 from schemas.envelope import Envelope
 from schemas.events import (
+    AgentEventEvent,
+    CommEventEvent,
     Event,
+    FabricCountersEvent,
+    FabricEventEvent,
     GpuEventEvent,
     GpuSampleEvent,
     HeartbeatEvent,
+    NodeInventoryEvent,
     SchedulerEventEvent,
     SpanEvent,
 )
@@ -112,6 +117,67 @@ def _span(ev: SpanEvent) -> Row:
     ]
 
 
+def _payload_row(fields: list[str]) -> Callable[[Any], Row]:
+    """Envelope columns followed by the named payload fields, in order."""
+
+    def to_row(ev: Any) -> Row:
+        p = ev.payload
+        return _envelope(ev) + [getattr(p, f) for f in fields]
+
+    return to_row
+
+
+FABRIC_COUNTER_FIELDS = [
+    "device",
+    "port",
+    "link_layer",
+    "state",
+    "phys_state",
+    "rate",
+    "counters",
+    "rates_per_s",
+    "interval_s",
+]
+FABRIC_EVENT_FIELDS = [
+    "event_type",
+    "device",
+    "port",
+    "counter",
+    "delta",
+    "old_state",
+    "new_state",
+    "message",
+]
+COMM_EVENT_FIELDS = [
+    "source",
+    "event_type",
+    "op",
+    "seq",
+    "peer_rank",
+    "peer",
+    "timeout_ms",
+    "elapsed_ms",
+    "process_group",
+    "pid",
+    "log_file",
+    "message",
+]
+INVENTORY_FIELDS = [
+    "driver_version",
+    "cuda_version",
+    "nccl_version",
+    "kernel",
+    "os",
+    "gpu_model",
+    "gpu_count",
+    "gpu_vbios",
+    "hca_firmware",
+    "extra",
+    "fingerprint",
+]
+AGENT_EVENT_FIELDS = ["event_type", "agent", "collector", "count", "message"]
+
+
 class TableSpec:
     def __init__(self, table: str, columns: list[str], to_row: Callable[[Any], Row]) -> None:
         self.table = table
@@ -154,6 +220,23 @@ EVENT_TABLES: dict[type[Envelope], TableSpec] = {
         "scheduler_events",
         [*ENVELOPE_COLUMNS, "source", "event_type", "state", "reason", "exit_code"],
         _scheduler,
+    ),
+    FabricCountersEvent: TableSpec(
+        "fabric_counters",
+        ENVELOPE_COLUMNS + FABRIC_COUNTER_FIELDS,
+        _payload_row(FABRIC_COUNTER_FIELDS),
+    ),
+    FabricEventEvent: TableSpec(
+        "fabric_events", ENVELOPE_COLUMNS + FABRIC_EVENT_FIELDS, _payload_row(FABRIC_EVENT_FIELDS)
+    ),
+    CommEventEvent: TableSpec(
+        "comm_events", ENVELOPE_COLUMNS + COMM_EVENT_FIELDS, _payload_row(COMM_EVENT_FIELDS)
+    ),
+    NodeInventoryEvent: TableSpec(
+        "node_inventory", ENVELOPE_COLUMNS + INVENTORY_FIELDS, _payload_row(INVENTORY_FIELDS)
+    ),
+    AgentEventEvent: TableSpec(
+        "agent_events", ENVELOPE_COLUMNS + AGENT_EVENT_FIELDS, _payload_row(AGENT_EVENT_FIELDS)
     ),
 }
 

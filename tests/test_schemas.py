@@ -22,7 +22,18 @@ def test_committed_json_schemas_match_models() -> None:
 
 
 def test_every_kind_has_a_raw_topic_and_a_schema() -> None:
-    assert set(KINDS) == {"gpu_event", "gpu_sample", "heartbeat", "scheduler_event", "span"}
+    assert set(KINDS) == {
+        "agent_event",
+        "comm_event",
+        "fabric_counters",
+        "fabric_event",
+        "gpu_event",
+        "gpu_sample",
+        "heartbeat",
+        "node_inventory",
+        "scheduler_event",
+        "span",
+    }
     assert all(sid.split("/")[0] in KINDS for sid in MODEL_BY_SCHEMA)
     assert Topics("x").raw("span") == "x.raw.span"
 
