@@ -24,12 +24,12 @@ from confluent_kafka import Consumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.publisher import Publisher, PublisherConfig  # noqa: E402
-from collectors.simulator import SimulationConfig, simulate  # noqa: E402
-from rankscope.kafka_admin import create_pipeline_topics  # noqa: E402
-from rankscope.pipeline import Pipeline, PipelineConfig  # noqa: E402
-from schemas.events import Event  # noqa: E402
-from sinks.clickhouse import connect, migrate  # noqa: E402
+from collectors.publisher import Publisher, PublisherConfig
+from collectors.simulator import SimulationConfig, simulate
+from rankscope.kafka_admin import create_pipeline_topics
+from rankscope.pipeline import Pipeline, PipelineConfig
+from schemas.events import Event
+from sinks.clickhouse import connect, migrate
 
 EVENT_TABLES = ["spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events"]
 
@@ -46,9 +46,7 @@ def endpoints(args: argparse.Namespace, home: Path) -> Iterator[tuple[str, str]]
 
 
 def stored(client, db: str, job_id: str) -> int:  # type: ignore[no-untyped-def]
-    q = " + ".join(
-        f"(SELECT count() FROM {db}.{t} WHERE job_id = %(j)s)" for t in EVENT_TABLES
-    )
+    q = " + ".join(f"(SELECT count() FROM {db}.{t} WHERE job_id = %(j)s)" for t in EVENT_TABLES)
     return int(client.query(f"SELECT {q}", parameters={"j": job_id}).result_rows[0][0])
 
 
@@ -140,8 +138,12 @@ def main() -> int:
             n_warm, _ = publish(cfg, list(simulate(warm)))
             deadline = time.monotonic() + 120
             while stored(client, cfg.database, warm.job_id) < n_warm:
-                if time.monotonic() > deadline or not (pipeline.worker.alive and pipeline.sink.alive):
-                    raise RuntimeError(f"warm-up failed:\n{pipeline.worker.log_tail()}\n{pipeline.sink.log_tail()}")
+                if time.monotonic() > deadline or not (
+                    pipeline.worker.alive and pipeline.sink.alive
+                ):
+                    raise RuntimeError(
+                        f"warm-up failed:\n{pipeline.worker.log_tail()}\n{pipeline.sink.log_tail()}"
+                    )
                 time.sleep(0.1)
 
             sim = SimulationConfig(

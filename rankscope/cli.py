@@ -19,7 +19,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
 )
-services_app = typer.Typer(help="Start, stop and inspect the local Kafka broker and ClickHouse engine.")
+services_app = typer.Typer(
+    help="Start, stop and inspect the local Kafka broker and ClickHouse engine."
+)
 app.add_typer(services_app, name="services")
 console = Console()
 err = Console(stderr=True)
@@ -37,7 +39,7 @@ ClickHouseOpt = Annotated[
     typer.Option(
         "--clickhouse-url",
         envvar="RANKSCOPE_CLICKHOUSE_URL",
-        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path). Omit for the local engine.",
+        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path); omit: local engine.",
     ),
 ]
 HomeOpt = Annotated[
@@ -125,13 +127,17 @@ def sink(
     home: HomeOpt = Path(".rankscope"),
     prefix: PrefixOpt = "rankscope",
     database: DatabaseOpt = "rankscope",
-    max_batch_rows: Annotated[int, typer.Option(help="Rows per ClickHouse insert, at most.")] = 50_000,
+    max_batch_rows: Annotated[
+        int, typer.Option(help="Rows per ClickHouse insert, at most.")
+    ] = 50_000,
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
     from sinks.kafka_sink import run_sink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg = _settings(home, bootstrap, clickhouse_url, prefix, database).sink(bootstrap, clickhouse_url)
+    cfg = _settings(home, bootstrap, clickhouse_url, prefix, database).sink(
+        bootstrap, clickhouse_url
+    )
     stats = run_sink(cfg.model_copy(update={"max_batch_rows": max_batch_rows}))
     err.print(f"sink stopped: {stats}")
 
@@ -153,7 +159,9 @@ def migrate(
 
 @app.command()
 def query(
-    sql: Annotated[str, typer.Argument(help="SQL to run, e.g. \"SELECT count() FROM rankscope.spans\"")],
+    sql: Annotated[
+        str, typer.Argument(help='SQL to run, e.g. "SELECT count() FROM rankscope.spans"')
+    ],
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = Path(".rankscope"),
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
@@ -165,7 +173,9 @@ def query(
     result = connect(url).query(sql)
     names = list(result.column_names)
     if fmt == "json":
-        console.print_json(json.dumps([dict(zip(names, r, strict=True)) for r in result.result_rows], default=str))
+        console.print_json(
+            json.dumps([dict(zip(names, r, strict=True)) for r in result.result_rows], default=str)
+        )
     elif fmt == "csv":
         import csv
 
@@ -199,7 +209,9 @@ def _local_clickhouse_url(home: Path) -> str:
 @app.command()
 def demo(
     ranks: Annotated[int, typer.Option(help="Simulated ranks (GPUs).")] = 16,
-    duration: Annotated[float, typer.Option(help="Simulated job length, seconds of event time.")] = 120.0,
+    duration: Annotated[
+        float, typer.Option(help="Simulated job length, seconds of event time.")
+    ] = 120.0,
     seed: int = 7,
     speed: Annotated[float, typer.Option(help="Playback speed; 0 = as fast as possible.")] = 0.0,
     home: HomeOpt = Path(".rankscope"),

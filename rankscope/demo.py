@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from clickhouse_connect.driver.client import Client
 from confluent_kafka import Producer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -25,6 +26,7 @@ from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.settings import Settings
 from schemas.events import Event
+from schemas.topics import Topics
 from sinks.clickhouse import connect, migrate
 
 
@@ -97,13 +99,13 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
         path = settings.home / "reports" / f"{job_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report)
-        console.print(f"\nreport written to [bold]{path}[/]   ({time.monotonic() - t0:.1f}s in all)")
+        console.print(
+            f"\nreport written to [bold]{path}[/]   ({time.monotonic() - t0:.1f}s in all)"
+        )
     return 0
 
 
-def settings_topics(settings: Settings):  # type: ignore[no-untyped-def]
-    from schemas.topics import Topics
-
+def settings_topics(settings: Settings) -> Topics:
     return Topics(settings.topic_prefix)
 
 
@@ -157,8 +159,8 @@ def _wait(pipeline: Pipeline, opts: DemoOptions, console: Console) -> None:
 
 
 def _summary(
-    client, database: str, job_id: str, produced: Counter[str], bad: int, console: Console
-) -> str:  # type: ignore[no-untyped-def]
+    client: Client, database: str, job_id: str, produced: Counter[str], bad: int, console: Console
+) -> str:
     db = database
     tables = {
         "span": "spans",
@@ -210,7 +212,12 @@ def _summary(
     wt = Table(title="event-time windows per rank (5 s tumbling)")
     for c in ("rank", "node", "windows", "steps", "mean step s", "mean GPU util %"):
         wt.add_column(c, justify="right")
-    md += ["", "## Windows per rank", "", "| rank | node | windows | steps | mean step s | GPU util % |"]
+    md += [
+        "",
+        "## Windows per rank",
+        "",
+        "| rank | node | windows | steps | mean step s | GPU util % |",
+    ]
     md.append("|---:|---|---:|---:|---:|---:|")
     for r in w:
         wt.add_row(*(str(x) for x in r))
@@ -218,11 +225,11 @@ def _summary(
     console.print(wt)
 
     hints = [
-        f"rankscope query \"SELECT rank, avg(duration_s) FROM {db}.spans FINAL "
+        f'rankscope query "SELECT rank, avg(duration_s) FROM {db}.spans FINAL '
         f"WHERE job_id='{job_id}' AND phase='collective' GROUP BY rank ORDER BY rank\"",
-        f"rankscope query \"SELECT reason_code, reason FROM {db}.deadletter FINAL\"",
+        f'rankscope query "SELECT reason_code, reason FROM {db}.deadletter FINAL"',
         f"rankscope query \"SELECT * FROM {db}.rank_windows FINAL WHERE job_id='{job_id}' "
-        "ORDER BY window_start_ns, rank LIMIT 20\"",
+        'ORDER BY window_start_ns, rank LIMIT 20"',
     ]
     console.print("\n[bold]Look further with SQL:[/]")
     for h in hints:

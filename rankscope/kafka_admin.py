@@ -6,7 +6,8 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic  # admin re-exports it without __all__
 
 from schemas.topics import Topics
 

@@ -14,7 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 # Identifiers are bounded so that a hostile or broken producer cannot blow up row sizes.
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 OptionalText = Annotated[str, StringConstraints(max_length=256)]
-EventId = Annotated[str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")]
+EventId = Annotated[
+    str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+]
 NonNegativeNs = Annotated[int, Field(ge=0)]
 
 
@@ -29,15 +31,21 @@ class Envelope(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     event_id: EventId = Field(description="Unique id; ClickHouse writes are idempotent on it.")
-    schema_id: str = Field(alias="schema", description="Schema name and version, e.g. gpu_sample/1.")
+    schema_id: str = Field(
+        alias="schema", description="Schema name and version, e.g. gpu_sample/1."
+    )
     kind: str = Field(description="Event family; selects the raw topic and the table.")
     cluster: Identifier = Field(description="Cluster the source runs in.")
-    job_id: OptionalText = Field(default="", description="Scheduler job id; empty for node-level events.")
+    job_id: OptionalText = Field(
+        default="", description="Scheduler job id; empty for node-level events."
+    )
     node: Identifier = Field(description="Host name of the node the event comes from.")
     rank: int | None = Field(default=None, ge=0, description="Global rank, where it applies.")
     local_rank: int | None = Field(default=None, ge=0)
     gpu: int | None = Field(default=None, ge=0, description="GPU index on the node.")
-    ts: NonNegativeNs = Field(description="Event time in ns since the epoch, from the source clock.")
+    ts: NonNegativeNs = Field(
+        description="Event time in ns since the epoch, from the source clock."
+    )
     observed_ts: NonNegativeNs = Field(description="When the collector observed/published it (ns).")
     clock_offset_ns: int | None = Field(
         default=None, description="Estimated offset of the source clock from true time, if known."

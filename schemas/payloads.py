@@ -91,7 +91,9 @@ class SchedulerEvent(Payload):
     exit_code: int | None = None
 
 
-SpanPhase = Literal["step", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "other"]
+SpanPhase = Literal[
+    "step", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "other"
+]
 
 
 class Span(Payload):
@@ -222,7 +224,7 @@ AgentEventType = Literal[
 
 
 class AgentEvent(Payload):
-    """What the node agent says about itself: errors, recoveries, spool loss (counted, not silent)."""
+    """What the node agent says about itself: errors, recoveries, spool loss (counted)."""
 
     event_type: AgentEventType
     agent: ShortText = "rankscope-agent"

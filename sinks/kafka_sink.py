@@ -109,7 +109,9 @@ class ClickHouseSink:
         try:
             events = EVENT_LIST_ADAPTER.validate_json(value)
         except ValidationError as exc:
-            self._undecodable(msg, f"sink could not decode events record: {exc.error_count()} errors")
+            self._undecodable(
+                msg, f"sink could not decode events record: {exc.error_count()} errors"
+            )
             return
         for ev in events:
             spec = event_spec(ev)
@@ -168,9 +170,9 @@ class ClickHouseSink:
         if self._buffers.count:
             for spec, rows in self._buffers.rows.values():
                 self._insert(spec, rows)
-                self.stats.rows_by_table[spec.table] = (
-                    self.stats.rows_by_table.get(spec.table, 0) + len(rows)
-                )
+                self.stats.rows_by_table[spec.table] = self.stats.rows_by_table.get(
+                    spec.table, 0
+                ) + len(rows)
             self.stats.rows_written += self._buffers.count
             self.stats.batches += 1
             self._buffers.clear()

@@ -12,7 +12,7 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import faust
 
@@ -68,7 +68,9 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     counters = StageCounters()
 
     raw_topic = app.topic(*topics.all_raw, key_type=bytes, value_type=bytes, value_serializer="raw")
-    events_topic = app.topic(topics.events, key_type=bytes, value_type=bytes, value_serializer="raw")
+    events_topic = app.topic(
+        topics.events, key_type=bytes, value_type=bytes, value_serializer="raw"
+    )
     windows_topic = app.topic(topics.windows, value_serializer="raw")
     late_topic = app.topic(topics.late, value_serializer="raw")
     deadletter_topic = app.topic(topics.deadletter, value_serializer="raw")
@@ -122,7 +124,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
 
     @app.agent(events_topic, name=f"{config.app_id}.windows")
     async def windows(stream: faust.StreamT[bytes]) -> None:
-        async for event in stream.noack().events():
+        # Acks are manual: a record is acked once all the windows it touched are emitted.
+        async for event in cast(Any, stream).noack().events():
             counters.window_records_in += 1
             now = time.time()
             last_end = -1
@@ -145,7 +148,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                 pending.append((job_id, last_end, event))
             ack_settled()
 
-    @app.timer(interval=1.0)
+    @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
         await emit(agg.close_ready(time.time()))
         ack_settled()

@@ -191,7 +191,9 @@ def _check_time(
             ref,
             now_ns,
             index,
-            ev.model_dump(by_alias=True, include={"event_id", "schema_id", "kind", "job_id", "node"}),
+            ev.model_dump(
+                by_alias=True, include={"event_id", "schema_id", "kind", "job_id", "node"}
+            ),
         )
     )
 

@@ -29,6 +29,7 @@ from schemas.derived import LateEvent, RankWindow
 from schemas.events import Event, GpuSampleEvent, SpanEvent
 from streams.config import WindowConfig
 
+
 @dataclass
 class _Acc:
     cluster: str

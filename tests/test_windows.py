@@ -14,9 +14,7 @@ def agg(
     size: float = 5, grace: float = 2, idle: float = 30, discovery: float = 0
 ) -> WindowAggregator:
     return WindowAggregator(
-        WindowConfig(
-            size_s=size, grace_s=grace, idle_close_s=idle, channel_discovery_s=discovery
-        )
+        WindowConfig(size_s=size, grace_s=grace, idle_close_s=idle, channel_discovery_s=discovery)
     )
 
 

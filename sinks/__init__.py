@@ -1,0 +1,1 @@
+"""Sinks: Kafka -> ClickHouse through clickhouse-connect (server or embedded chDB)."""
