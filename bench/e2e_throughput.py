@@ -152,8 +152,8 @@ def main() -> int:
             pids = {
                 "worker": pipeline.worker.proc.pid if pipeline.worker.proc else None,
                 "sink": pipeline.sink.proc.pid if pipeline.sink.proc else None,
-                "kafka": find_pid("kafka.Kafka", bootstrap.rsplit(":", 1)[-1]),
-                "clickhouse": find_pid("chdb_server", ch_url.rsplit(":", 1)[-1]),
+                "kafka": find_pid("kafka.Kafka", str(home)),
+                "clickhouse": find_pid("chdb_server", str(home)),
                 "bench (publisher)": os.getpid(),
             }
             cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}

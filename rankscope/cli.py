@@ -226,6 +226,10 @@ def demo(
     """Simulate a multi-rank job through the whole pipeline and print what was stored."""
     from rankscope.demo import DemoOptions, run_demo
 
+    # librdkafka reports transient retries (e.g. "coordinator load in progress") as warnings;
+    # the demo surfaces real failures through the publisher's delivery report instead.
+    logging.getLogger("collectors.publisher.librdkafka").setLevel(logging.ERROR)
+
     opts = DemoOptions(
         ranks=ranks,
         duration_s=duration,
@@ -235,6 +239,41 @@ def demo(
     )
     code = run_demo(_settings(home, bootstrap, clickhouse_url, prefix, database), opts, console)
     raise typer.Exit(code)
+
+
+@app.command()
+def simulate(
+    bootstrap: Annotated[str, typer.Option("--bootstrap", envvar="RANKSCOPE_BOOTSTRAP")],
+    ranks: Annotated[int, typer.Option(help="Simulated ranks (GPUs).")] = 16,
+    duration: Annotated[float, typer.Option(help="Job length, seconds of event time.")] = 120.0,
+    seed: int = 7,
+    speed: Annotated[float, typer.Option(help="Playback speed; 1 = real time, 0 = max.")] = 1.0,
+    job_id: Annotated[str, typer.Option(help="Job id of the simulated job.")] = "sim-job-1",
+    prefix: PrefixOpt = "rankscope",
+) -> None:
+    """Publish a simulated synchronous training job to Kafka (no pipeline started)."""
+    from collectors.publisher import Publisher, PublisherConfig
+    from collectors.simulator import SimulationConfig, pace
+    from collectors.simulator import simulate as run_simulation
+
+    sim = SimulationConfig(ranks=ranks, duration_s=duration, seed=seed, job_id=job_id)
+    sent = 0
+    with Publisher(PublisherConfig(bootstrap=bootstrap, topic_prefix=prefix)) as pub:
+        pub.check_connection()
+        batch = []
+        for ev in pace(run_simulation(sim), speed):
+            batch.append(ev)
+            if len(batch) >= 500:
+                pub.publish(batch)
+                sent += len(batch)
+                batch = []
+                err.print(f"published {sent:,} events", end="\r")
+        pub.publish(batch)
+        sent += len(batch)
+        stats = pub.flush(60)
+    console.print(
+        f"published {sent:,} events of job {job_id}; delivered {stats.events_delivered:,}"
+    )
 
 
 @app.command("schemas-export")

@@ -202,6 +202,11 @@ def _summary(
         d.add_row(code, str(n), reason)
         md.append(f"- **{code}** x{n}: {reason}")
     console.print(d)
+    late = client.query(
+        f"SELECT count() FROM {db}.late_events FINAL WHERE job_id = %(j)s", parameters={"j": job_id}
+    ).result_rows[0][0]
+    console.print(f"late events (arrived after their window closed): {late}")
+    md.append(f"\nLate events (arrived after their window closed): {late}")
 
     w = client.query(
         f"SELECT rank, any(node), count(), sum(step_count), round(avg(step_time_mean_s), 3), "
