@@ -341,7 +341,7 @@ class TrainingJobSimulator:
                 self._span(rank, step, "step", trace_id, None, tl.start_ns, tl.end_ns, step_id)
             )
 
-    def _span(  # noqa: PLR0917 - private, hot path
+    def _span(
         self,
         rank: RankState,
         step: int,

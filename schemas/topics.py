@@ -26,6 +26,11 @@ class Topics:
         return [self.raw(k) for k in KINDS]
 
     @property
+    def otlp_spans(self) -> str:
+        """OTLP protobuf traces, as an OpenTelemetry Collector's Kafka exporter writes them."""
+        return f"{self.prefix}.raw.otlp_spans"
+
+    @property
     def events(self) -> str:
         """Validated (and, from issue 5 on, redacted) events: what every derived stage reads."""
         return f"{self.prefix}.events"
@@ -44,7 +49,14 @@ class Topics:
 
     @property
     def all(self) -> list[str]:
-        return [*self.all_raw, self.events, self.windows, self.late, self.deadletter]
+        return [
+            *self.all_raw,
+            self.otlp_spans,
+            self.events,
+            self.windows,
+            self.late,
+            self.deadletter,
+        ]
 
 
 def partition_key(job_id: str, node: str) -> bytes:

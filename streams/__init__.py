@@ -1,4 +1,4 @@
-"""Stream processing (faust-streaming workers): validate, window, and later detect/attribute/recover.
+"""Stream processing (faust-streaming workers): validate, windows; later detect and attribute.
 
 Reads only ``schemas`` contracts; never imports ``collectors`` or ``sinks``.
 """

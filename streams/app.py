@@ -18,8 +18,9 @@ import faust
 
 from schemas.derived import RankWindow
 from schemas.events import EVENT_LIST_ADAPTER, dump_events
+from schemas.topics import partition_key
 from streams.config import StreamsConfig
-from streams.validate import RecordRef, validate_message
+from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
 from streams.windows import WindowAggregator, corrected_ts
 
 log = logging.getLogger("rankscope.streams")
@@ -67,7 +68,9 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     )
     counters = StageCounters()
 
-    raw_topic = app.topic(*topics.all_raw, key_type=bytes, value_type=bytes, value_serializer="raw")
+    raw_topic = app.topic(
+        *topics.all_raw, topics.otlp_spans, key_type=bytes, value_type=bytes, value_serializer="raw"
+    )
     events_topic = app.topic(
         topics.events, key_type=bytes, value_type=bytes, value_serializer="raw"
     )
@@ -87,11 +90,16 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                 offset=msg.offset,
                 timestamp_ns=int((msg.timestamp or 0) * 1e9),
             )
-            result = validate_message(event.value, ref, limits)
+            result: ValidationResult
+            if msg.topic == topics.otlp_spans:
+                result = validate_otlp_message(event.value, ref, limits)
+            else:
+                result = validate_message(event.value, ref, limits)
             counters.records_in += 1
             if result.events:
                 counters.events_valid += len(result.events)
-                await events_topic.send(key=msg.key, value=dump_events(result.events))
+                key = msg.key or partition_key(result.events[0].job_id, result.events[0].node)
+                await events_topic.send(key=key, value=dump_events(result.events))
             for dead in result.dead:
                 counters.dead_letters += 1
                 await deadletter_topic.send(

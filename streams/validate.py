@@ -105,6 +105,49 @@ def validate_message(
     return result
 
 
+def validate_otlp_message(
+    value: bytes | None, ref: RecordRef, limits: ValidationLimits, now_ns: int | None = None
+) -> ValidationResult:
+    """Validate one OTLP protobuf traces record: spans become ``span/1`` events."""
+    from streams.otlp import OtlpDecodeError, decode_otlp_traces
+
+    now_ns = now_ns if now_ns is not None else time.time_ns()
+    raw = value or b""
+    result = ValidationResult()
+    if len(raw) > limits.max_message_bytes:
+        result.dead.append(
+            _dead_letter(
+                "too_large",
+                f"OTLP record of {len(raw):,} bytes exceeds the "
+                f"{limits.max_message_bytes:,}-byte limit",
+                raw,
+                ref,
+                now_ns,
+                -1,
+                None,
+            )
+        )
+        return result
+    try:
+        events, reasons = decode_otlp_traces(raw, observed_ns=now_ns)
+    except OtlpDecodeError as exc:
+        result.dead.append(
+            _dead_letter(
+                "not_an_event", f"not an OTLP traces message: {exc}", raw, ref, now_ns, -1, None
+            )
+        )
+        return result
+    for i, reason in enumerate(reasons):
+        result.dead.append(
+            _dead_letter(
+                "invalid_event", f"OTLP span not mappable: {reason}", raw, ref, now_ns, i, None
+            )
+        )
+    for i, ev in enumerate(events):
+        _check_time(ev, len(reasons) + i, ref, limits, now_ns, result, raw)
+    return result
+
+
 def _validate_element(
     elem: Any,
     index: int,

@@ -85,5 +85,5 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
         f"{tag}.gpu_samples FINAL) + (SELECT count() FROM {tag}.heartbeats FINAL) + "
         f"(SELECT count() FROM {tag}.scheduler_events FINAL)",
     )
-    produced = [ln for ln in out.splitlines() if "total" in ln][0]
+    produced = next(ln for ln in out.splitlines() if "total" in ln)
     assert total.stdout.splitlines()[-1] in produced.replace(",", "")

@@ -41,7 +41,9 @@ def _every_kind() -> list:  # type: ignore[type-arg]
         gpu_sample(2, NOW_NS),
         heartbeat("node001", NOW_NS),
         scheduler("job_started", NOW_NS),
-        f.make(GpuEventEvent, GpuEvent(event_type="xid", xid=79, message="fell off the bus"), gpu=2),
+        f.make(
+            GpuEventEvent, GpuEvent(event_type="xid", xid=79, message="fell off the bus"), gpu=2
+        ),
         f.make(
             FabricCountersEvent,
             FabricCounters(

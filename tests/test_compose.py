@@ -1,4 +1,4 @@
-"""The compose stack is not run here (no Docker engine), but it must stay consistent with the CLI."""
+"""The compose stack is not run here (no Docker engine); it must stay consistent with the CLI."""
 
 from __future__ import annotations
 

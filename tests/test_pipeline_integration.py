@@ -142,3 +142,59 @@ def test_windows_reach_clickhouse_once_per_rank_and_window(
         f"FROM {cfg.database}.rank_windows FINAL GROUP BY rank ORDER BY rank"
     ).result_rows
     assert rows == [(r, 4, 20, 4) for r in range(4)]
+
+
+def test_otlp_spans_from_an_otel_collector_are_stored_like_our_own(
+    pipeline_config: PipelineConfig,
+) -> None:
+    """An OTel Collector's Kafka exporter writes OTLP protobuf; it joins the same path."""
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, TracesData
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
+
+    def kv(k: str, v: str | int) -> KeyValue:
+        val = AnyValue(int_value=v) if isinstance(v, int) else AnyValue(string_value=v)
+        return KeyValue(key=k, value=val)
+
+    cfg = pipeline_config
+    spans = [
+        PbSpan(
+            trace_id=bytes.fromhex(f"{step + 1:032x}"),
+            span_id=bytes.fromhex(f"{rank + 1:02x}{step + 1:014x}"),
+            name="train_step",
+            start_time_unix_nano=NOW_NS + step * 10**9,
+            end_time_unix_nano=NOW_NS + (step + 1) * 10**9,
+            attributes=[kv("rankscope.phase", "step"), kv("rankscope.step", step)],
+        )
+        for rank in range(2)
+        for step in range(5)
+    ]
+    data = TracesData(
+        resource_spans=[
+            ResourceSpans(
+                resource=Resource(
+                    attributes=[kv("host.name", "gpu-node-7"), kv("rankscope.job_id", "otel-job")]
+                ),
+                scope_spans=[ScopeSpans(spans=spans)],
+            )
+        ]
+    ).SerializeToString()
+    raw = Producer({"bootstrap.servers": cfg.bootstrap})
+    raw.produce(cfg.topics.otlp_spans, value=data)
+    raw.produce(cfg.topics.otlp_spans, value=b"\xff\x00 definitely not protobuf")
+    assert raw.flush(30) == 0
+
+    with Pipeline(cfg) as pipeline:
+        pipeline.wait_drained(180)
+    client = connect(cfg.clickhouse_url)
+    rows = client.query(
+        f"SELECT node, job_id, count(), countIf(phase = 'step') FROM {cfg.database}.spans FINAL "
+        "GROUP BY node, job_id"
+    ).result_rows
+    assert rows == [("gpu-node-7", "otel-job", 10, 10)]
+    dead = client.query(
+        f"SELECT reason_code, reason FROM {cfg.database}.deadletter FINAL"
+    ).result_rows
+    assert len(dead) == 1 and dead[0][0] == "not_an_event"
+    assert "not an OTLP traces message" in dead[0][1]

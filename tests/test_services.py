@@ -58,10 +58,15 @@ def _wait(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
 
 @pytest.fixture(scope="module", autouse=True)
 def no_leftover_processes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Runs last: nothing we started may outlive the module."""
+    """Runs last: nothing this module started may outlive it.
+
+    Processes already running when the module starts (the session-wide services of
+    tests/conftest.py live under the same base temp dir) are not this module's.
+    """
     base = tmp_path_factory.getbasetemp()
+    before = set(_processes_under(base))
     yield
-    leftovers = _processes_under(base)
+    leftovers = [p for p in _processes_under(base) if p not in before]
     assert not leftovers, f"processes left running: {leftovers}"
 
 
