@@ -1,0 +1,1 @@
+"""Fakes of external systems (NVML, ...) for tests and benchmarks."""
