@@ -194,6 +194,12 @@ class CommEvent(Payload):
     pid: int | None = Field(default=None, ge=0)
     log_file: ShortText = ""
     message: LongText = ""
+    host: ShortText = ""  # host as printed in the line (log directories may be shared)
+    hca: ShortText = ""  # e.g. mlx5_1:1, joins NCCL errors to this node's fabric events
+    cuda_dev: int | None = Field(default=None, ge=0)  # NCCL's [cudaDev]
+    ib_status: int | None = None  # ibv_wc_status of a NET/IB completion error
+    vendor_err: int | None = None
+    pg_rank: int | None = Field(default=None, ge=0)  # rank within a non-default process group
 
 
 class NodeInventory(Payload):

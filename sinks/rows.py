@@ -161,6 +161,12 @@ COMM_EVENT_FIELDS = [
     "pid",
     "log_file",
     "message",
+    "host",
+    "hca",
+    "cuda_dev",
+    "ib_status",
+    "vendor_err",
+    "pg_rank",
 ]
 INVENTORY_FIELDS = [
     "driver_version",
