@@ -284,6 +284,16 @@ def schemas_export() -> None:
     raise typer.Exit(export_main())
 
 
+def _register_agent() -> None:
+    """``rankscope agent``: the node agent (collectors -> on-disk spool -> Kafka)."""
+    from rankscope.agent_cmd import agent
+
+    app.command("agent")(agent)
+
+
+_register_agent()
+
+
 def main() -> None:
     app()
 

@@ -50,8 +50,27 @@ def create_pipeline_topics(
     raise RuntimeError(f"topics did not appear within {timeout_s}s: {sorted(wanted)}")
 
 
-def group_lag(bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float = 10) -> int:
-    """Records on ``topic_names`` not yet committed by ``group_id`` (uncommitted = all)."""
+def group_lag(
+    bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float = 10, attempts: int = 5
+) -> int:
+    """Records on ``topic_names`` not yet committed by ``group_id`` (uncommitted = all).
+
+    Retries the transient errors a freshly started broker answers with (coordinator not
+    available / not coordinator / load in progress) instead of failing the caller.
+    """
+    for attempt in range(attempts):
+        try:
+            return _group_lag_once(bootstrap, group_id, topic_names, timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            retriable = getattr(err, "retriable", lambda: False)()
+            if attempt == attempts - 1 or not retriable:
+                raise
+            time.sleep(0.2 * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _group_lag_once(bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float) -> int:
     probe = Consumer(
         {
             "bootstrap.servers": bootstrap,
