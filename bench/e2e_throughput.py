@@ -133,8 +133,9 @@ def main() -> int:
         migrate(client, cfg.database)
 
         with Pipeline(cfg) as pipeline:
-            # Warm up: workers joined their groups and one small job went all the way through.
-            warm = SimulationConfig(ranks=8, duration_s=10, job_id=f"{tag}-warm", seed=1)
+            # Warm up: workers joined their groups, the broker's JIT is warm, and one job of
+            # ~13k events went all the way through before the clock starts.
+            warm = SimulationConfig(ranks=64, duration_s=30, job_id=f"{tag}-warm", seed=1)
             n_warm, _ = publish(cfg, list(simulate(warm)))
             deadline = time.monotonic() + 120
             while stored(client, cfg.database, warm.job_id) < n_warm:

@@ -98,3 +98,89 @@ class LateEvent(BaseModel):
     watermark_ns: int
     lateness_ns: int
     received_ts: int
+
+
+DetectionType = Literal["straggler", "hang", "node_unresponsive", "collector_silent"]
+StragglerClass = Literal["compute", "thermal", "input_pipeline", "communication", "config_drift"]
+
+
+class Detection(BaseModel):
+    """A finding about one job from streaming telemetry (issue 4), on ``<p>.detections``.
+
+    The id is deterministic (job, type, subject, onset) so re-emission after a restart
+    rewrites the same row.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    detection_id: str
+    detection_type: DetectionType
+    cluster: str
+    job_id: str
+    node: str = ""
+    rank: int | None = None
+    gpu: int | None = None
+    straggler_class: StragglerClass | None = None
+    score: float = Field(description="Type-specific severity, e.g. compute time / job median.")
+    onset_ts: int = Field(description="Event time (reference clock) the condition started, ns.")
+    detected_ts: int = Field(description="Event time at which it was detected, ns.")
+    emitted_ts: int = Field(description="Worker wall clock at emission, ns.")
+    summary: str = Field(max_length=2048)
+    evidence: list[str] = Field(default_factory=list, max_length=64)
+    details: dict[str, float | int | str] = Field(default_factory=dict, max_length=64)
+
+
+CauseClass = Literal[
+    "gpu_xid",
+    "gpu_ecc",
+    "nvlink",
+    "ib_link",
+    "scheduler_preemption",
+    "host_oom",
+    "node_unresponsive",
+    "hang",
+    "application",
+    "communication",
+    "unknown",
+]
+
+
+class EvidenceItem(BaseModel):
+    """One precursor or symptom in an incident's chain, in corrected (reference-clock) time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ts: int
+    node: str
+    rank: int | None = None
+    kind: str
+    what: str = Field(max_length=1024)
+    event_id: str = ""
+    role: Literal["cause", "precursor", "symptom"] = "precursor"
+
+
+class Incident(BaseModel):
+    """One cascade, one incident: the primary cause, its evidence chain and the symptom ranks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    incident_id: str
+    cluster: str
+    job_id: str
+    cause_class: CauseClass
+    node: str = ""
+    gpu: int | None = None
+    rank: int | None = None
+    device: str = Field(default="", description="HCA or GPU uuid, with port where it applies.")
+    xid: int | None = None
+    confidence: float = Field(ge=0, le=1)
+    summary: str = Field(max_length=4096)
+    first_cause_ts: int = Field(description="Corrected event time of the primary cause, ns.")
+    first_symptom_ts: int = Field(description="Corrected event time of the first failure signal.")
+    attributed_ts: int = Field(description="Event time at which the incident was attributed.")
+    emitted_ts: int
+    symptom_ranks: list[int] = Field(default_factory=list, max_length=16_384)
+    evidence: list[EvidenceItem] = Field(default_factory=list, max_length=256)
+    clock_offsets_ns: dict[str, int] = Field(
+        default_factory=dict, max_length=4096, description="Per-node offsets applied, ns."
+    )

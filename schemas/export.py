@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from schemas.derived import DeadLetter, LateEvent, RankWindow
+from schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
 from schemas.events import MODEL_BY_SCHEMA
 
 JSON_DIR = Path(__file__).parent / "json"
@@ -25,7 +25,13 @@ def schema_documents() -> dict[str, str]:
         sid.replace("/", ".v"): m for sid, m in MODEL_BY_SCHEMA.items()
     }
     models.update(
-        {"deadletter.v1": DeadLetter, "rank_window.v1": RankWindow, "late_event.v1": LateEvent}
+        {
+            "deadletter.v1": DeadLetter,
+            "rank_window.v1": RankWindow,
+            "late_event.v1": LateEvent,
+            "detection.v1": Detection,
+            "incident.v1": Incident,
+        }
     )
     for name, model in sorted(models.items()):
         doc = model.model_json_schema(by_alias=True, mode="serialization")

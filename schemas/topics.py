@@ -44,6 +44,14 @@ class Topics:
         return f"{self.prefix}.late"
 
     @property
+    def detections(self) -> str:
+        return f"{self.prefix}.detections"
+
+    @property
+    def incidents(self) -> str:
+        return f"{self.prefix}.incidents"
+
+    @property
     def deadletter(self) -> str:
         return f"{self.prefix}.deadletter"
 
@@ -55,6 +63,8 @@ class Topics:
             self.events,
             self.windows,
             self.late,
+            self.detections,
+            self.incidents,
             self.deadletter,
         ]
 

@@ -18,11 +18,20 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
 
-from schemas.derived import DeadLetter, LateEvent, RankWindow
+from schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
 from schemas.events import EVENT_LIST_ADAPTER
 from schemas.topics import DEFAULT_PREFIX, Topics
 from sinks.clickhouse import connect, migrate
-from sinks.rows import DEADLETTER_TABLE, LATE_TABLE, WINDOW_TABLE, Row, TableSpec, event_spec
+from sinks.rows import (
+    DEADLETTER_TABLE,
+    DETECTION_TABLE,
+    INCIDENT_TABLE,
+    LATE_TABLE,
+    WINDOW_TABLE,
+    Row,
+    TableSpec,
+    event_spec,
+)
 
 log = logging.getLogger("rankscope.sink")
 
@@ -86,6 +95,8 @@ class ClickHouseSink:
             topics.windows: self._decode_model(RankWindow, WINDOW_TABLE),
             topics.late: self._decode_model(LateEvent, LATE_TABLE),
             topics.deadletter: self._decode_model(DeadLetter, DEADLETTER_TABLE),
+            topics.detections: self._decode_model(Detection, DETECTION_TABLE),
+            topics.incidents: self._decode_model(Incident, INCIDENT_TABLE),
         }
         consumer_conf: dict[str, Any] = {
             "bootstrap.servers": config.bootstrap,

@@ -6,10 +6,11 @@ these mappings into a freshly migrated engine.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from schemas.derived import DeadLetter, LateEvent, RankWindow
+from schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
 from schemas.envelope import Envelope
 from schemas.events import (
     AgentEventEvent,
@@ -352,7 +353,106 @@ DEADLETTER_TABLE = TableSpec(
     ],
 )
 
-ALL_TABLES: list[TableSpec] = [*EVENT_TABLES.values(), WINDOW_TABLE, LATE_TABLE, DEADLETTER_TABLE]
+
+def _detection(d: Detection) -> Row:
+    return [
+        d.detection_id,
+        d.detection_type,
+        d.cluster,
+        d.job_id,
+        d.node,
+        -1 if d.rank is None else d.rank,
+        -1 if d.gpu is None else d.gpu,
+        d.straggler_class or "",
+        d.score,
+        d.onset_ts,
+        d.detected_ts,
+        d.emitted_ts,
+        d.summary,
+        d.evidence,
+        {k: str(v) for k, v in d.details.items()},
+    ]
+
+
+DETECTION_TABLE = TableSpec(
+    "detections",
+    [
+        "detection_id",
+        "detection_type",
+        "cluster",
+        "job_id",
+        "node",
+        "rank",
+        "gpu",
+        "straggler_class",
+        "score",
+        "onset_ts_ns",
+        "detected_ts_ns",
+        "emitted_ts_ns",
+        "summary",
+        "evidence",
+        "details",
+    ],
+    _detection,
+)
+
+
+def _incident(i: Incident) -> Row:
+    return [
+        i.incident_id,
+        i.cluster,
+        i.job_id,
+        i.cause_class,
+        i.node,
+        -1 if i.gpu is None else i.gpu,
+        -1 if i.rank is None else i.rank,
+        i.device,
+        i.xid,
+        i.confidence,
+        i.summary,
+        i.first_cause_ts,
+        i.first_symptom_ts,
+        i.attributed_ts,
+        i.emitted_ts,
+        i.symptom_ranks,
+        json.dumps([e.model_dump() for e in i.evidence]),
+        i.clock_offsets_ns,
+    ]
+
+
+INCIDENT_TABLE = TableSpec(
+    "incidents",
+    [
+        "incident_id",
+        "cluster",
+        "job_id",
+        "cause_class",
+        "node",
+        "gpu",
+        "rank",
+        "device",
+        "xid",
+        "confidence",
+        "summary",
+        "first_cause_ts_ns",
+        "first_symptom_ts_ns",
+        "attributed_ts_ns",
+        "emitted_ts_ns",
+        "symptom_ranks",
+        "evidence_json",
+        "clock_offsets_ns",
+    ],
+    _incident,
+)
+
+ALL_TABLES: list[TableSpec] = [
+    *EVENT_TABLES.values(),
+    WINDOW_TABLE,
+    LATE_TABLE,
+    DEADLETTER_TABLE,
+    DETECTION_TABLE,
+    INCIDENT_TABLE,
+]
 
 
 def event_spec(ev: Event) -> TableSpec:
@@ -362,7 +462,9 @@ def event_spec(ev: Event) -> TableSpec:
 __all__ = [
     "ALL_TABLES",
     "DEADLETTER_TABLE",
+    "DETECTION_TABLE",
     "EVENT_TABLES",
+    "INCIDENT_TABLE",
     "LATE_TABLE",
     "WINDOW_TABLE",
     "DeadLetter",

@@ -127,3 +127,60 @@ def test_embedded_chdb_path_migrate_and_query(tmp_path: Path) -> None:
     )
     assert q.returncode == 0, q.stderr
     assert q.stdout.splitlines()[-1] == str(len(ALL_TABLES) + 1)  # + schema_migrations
+
+
+def test_detections_and_incidents_round_trip(services: Services) -> None:
+    from schemas.derived import Detection, EvidenceItem, Incident
+    from sinks.rows import DETECTION_TABLE, INCIDENT_TABLE
+
+    db = f"t{uuid.uuid4().hex[:10]}"
+    client = connect(services.clickhouse_url)
+    migrate(client, db)
+    det = Detection(
+        detection_id="job-1/straggler/5",
+        detection_type="straggler",
+        cluster="c1",
+        job_id="job-1",
+        node="node000",
+        rank=5,
+        straggler_class="thermal",
+        score=1.31,
+        onset_ts=NOW_NS,
+        detected_ts=NOW_NS + 15 * 10**9,
+        emitted_ts=NOW_NS,
+        summary="rank 5 computes 31% slower than the job median and arrives last",
+        evidence=["throttle_reasons HW_THERMAL_SLOWDOWN on GPU 5"],
+        details={"windows": 3},
+    )
+    inc = Incident(
+        incident_id="job-1/1",
+        cluster="c1",
+        job_id="job-1",
+        cause_class="gpu_xid",
+        node="node001",
+        gpu=3,
+        rank=11,
+        xid=79,
+        confidence=0.95,
+        summary="GPU 3 on node001 fell off the bus (XID 79); 15 ranks then timed out in NCCL",
+        first_cause_ts=NOW_NS,
+        first_symptom_ts=NOW_NS + 10**10,
+        attributed_ts=NOW_NS + 10**10,
+        emitted_ts=NOW_NS,
+        symptom_ranks=[0, 1, 2],
+        evidence=[
+            EvidenceItem(ts=NOW_NS, node="node001", rank=11, kind="gpu_event", what="XID 79")
+        ],
+        clock_offsets_ns={"node001": 5 * 10**9},
+    )
+    for _ in range(2):
+        client.insert(f"{db}.detections", [DETECTION_TABLE.to_row(det)], DETECTION_TABLE.columns)
+        client.insert(f"{db}.incidents", [INCIDENT_TABLE.to_row(inc)], INCIDENT_TABLE.columns)
+    assert client.query(
+        f"SELECT rank, straggler_class, details['windows'] FROM {db}.detections FINAL"
+    ).result_rows == [(5, "thermal", "3")]
+    rows = client.query(
+        f"SELECT cause_class, xid, symptom_ranks, JSONExtractString(evidence_json, 1, 'what') "
+        f"FROM {db}.incidents FINAL"
+    ).result_rows
+    assert rows == [("gpu_xid", 79, [0, 1, 2], "XID 79")]
