@@ -1,0 +1,1 @@
+"""Per-job streaming analysis: clock alignment, detectors, root cause."""

@@ -1,0 +1,224 @@
+"""Hangs and silent nodes, from the absence of progress or telemetry in event time.
+
+**Hang.** A job makes progress when steps complete. If no step has completed for an adaptive
+timeout (``timeout_factor`` x the recent median step time, clamped to [min, max]), the job is
+hung. The rank everyone waits on is the one that never entered the collective: the others have
+finished their compute phases of step N (their data/forward/backward/optimizer spans arrived),
+while it is still at N-1.
+
+**Silent node.** Every node sends heartbeats. A node from which *nothing* has arrived for
+``silence_factor`` heartbeat intervals while the rest of the job keeps going is unresponsive. If
+its heartbeats stop but its ranks' spans keep arriving, the node is alive and only the collector
+is dead: that is reported differently, because the remedy differs (restart the agent, not the job).
+
+Time is the job's event time (corrected), so a replay gives the same answers as live operation.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, Field
+
+from schemas.derived import Detection
+from schemas.events import Event, HeartbeatEvent, SchedulerEventEvent, SpanEvent
+from streams.analysis.steps import COMPUTE_PHASES
+
+S = 1_000_000_000
+_PHASE_ORDER = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3}
+_PHASE_NAME = {v: k for k, v in _PHASE_ORDER.items()}
+_TERMINAL = frozenset({"job_failed", "job_completed", "job_cancelled", "job_timeout", "preempted"})
+
+
+class LivenessConfig(BaseModel):
+    timeout_factor: float = Field(default=5.0, gt=1)
+    min_timeout_s: float = Field(default=3.0, gt=0)
+    max_timeout_s: float = Field(default=900.0, gt=0)
+    silence_factor: float = Field(
+        default=1.5, gt=1, description="Node silent this many heartbeat intervals: unresponsive."
+    )
+    min_silence_s: float = Field(default=6.0, gt=0)
+    collector_silence_factor: float = Field(
+        default=2.5, gt=1, description="No heartbeat this many intervals while spans still flow."
+    )
+
+
+@dataclass
+class _Node:
+    last_any: int = -1
+    last_heartbeat: int = -1
+    last_span: int = -1
+    interval_s: float = 5.0
+    flagged: str = ""  # "", "node_unresponsive", "collector_silent"
+
+
+@dataclass
+class LivenessDetector:
+    cluster: str
+    job_id: str
+    config: LivenessConfig = field(default_factory=LivenessConfig)
+    step_times: deque[float] = field(default_factory=lambda: deque(maxlen=50))
+    last_progress_ts: int = -1
+    #: progress per rank: (step, phase index) of the latest compute span that ended
+    rank_step: dict[int, tuple[int, int]] = field(default_factory=dict)
+    rank_node: dict[int, str] = field(default_factory=dict)
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    hang_flagged: bool = False
+    #: first failure/end signal (error span, terminal scheduler event): silences and stalls that
+    #: start after it are consequences, not causes
+    ended_ts: int = -1
+
+    def observe(self, ev: Event, ts: int) -> None:
+        node = self.nodes.get(ev.node)
+        if node is None:
+            node = self.nodes[ev.node] = _Node()
+        node.last_any = max(node.last_any, ts)
+        if isinstance(ev, HeartbeatEvent):
+            node.last_heartbeat = max(node.last_heartbeat, ts)
+            node.interval_s = ev.payload.interval_s
+        elif isinstance(ev, SpanEvent) and ev.rank is not None:
+            node.last_span = max(node.last_span, ts)
+            p = ev.payload
+            self.rank_node[ev.rank] = ev.node
+            if p.phase == "step":
+                self.step_times.append(p.duration_s)
+                if ts > self.last_progress_ts:
+                    self.last_progress_ts = ts
+                    self.hang_flagged = False  # progress resumed: re-arm
+            elif p.phase in COMPUTE_PHASES and p.step is not None:
+                pos = (p.step, _PHASE_ORDER[p.phase])
+                if pos > self.rank_step.get(ev.rank, (-1, -1)):
+                    self.rank_step[ev.rank] = pos
+            if p.status == "error":
+                self._end(ts)
+        elif isinstance(ev, SchedulerEventEvent) and ev.payload.event_type in _TERMINAL:
+            self._end(ts)
+
+    def _end(self, ts: int) -> None:
+        if self.ended_ts < 0 or ts < self.ended_ts:
+            self.ended_ts = ts
+
+    def _before_end(self, ts: int) -> bool:
+        return self.ended_ts < 0 or ts <= self.ended_ts
+
+    def timeout_ns(self) -> int:
+        cfg = self.config
+        med = statistics.median(self.step_times) if self.step_times else cfg.min_timeout_s
+        return int(min(cfg.max_timeout_s, max(cfg.min_timeout_s, cfg.timeout_factor * med)) * S)
+
+    def advance(self, now_ts: int, emitted_ns: int) -> list[Detection]:
+        out: list[Detection] = []
+        timeout = self.timeout_ns()
+        if (
+            not self.hang_flagged
+            and self.last_progress_ts > 0
+            and now_ts - self.last_progress_ts > timeout
+            and self._before_end(self.last_progress_ts + timeout)
+        ):
+            self.hang_flagged = True
+            out.append(self._hang(now_ts, emitted_ns))
+        for name, node in self.nodes.items():
+            out.extend(self._node(name, node, now_ts, emitted_ns))
+        return out
+
+    def _hang(self, now_ts: int, emitted_ns: int) -> Detection:
+        newest = max(self.rank_step.values(), default=(-1, -1))
+        behind = sorted(r for r, s in self.rank_step.items() if s < newest)
+        waited_s = (now_ts - self.last_progress_ts) / S
+        timeout_s = self.timeout_ns() / S
+        if behind and len(behind) < len(self.rank_step) / 2:
+            rank = behind[0] if len(behind) == 1 else None
+            node = self.rank_node.get(behind[0], "")
+            who = (
+                f"rank {behind[0]} on {node}"
+                if rank is not None
+                else f"ranks {behind[:8]}{'...' if len(behind) > 8 else ''}"
+            )
+            step, phase = newest
+            at = self.rank_step[behind[0]]
+            summary = (
+                f"job hung: no step completed for {waited_s:.0f}s (timeout {timeout_s:.0f}s); "
+                f"the other ranks finished {_PHASE_NAME[phase]} of step {step} and wait in the "
+                f"collective for {who}, which stopped after {_PHASE_NAME[at[1]]} of step {at[0]} "
+                "and never entered it"
+            )
+            evidence = [
+                f"rank {r}: last completed phase {_PHASE_NAME[self.rank_step[r][1]]} of step "
+                f"{self.rank_step[r][0]}"
+                for r in behind[:16]
+            ]
+        else:
+            rank, node = None, ""
+            summary = (
+                f"job hung: no step completed for {waited_s:.0f}s (timeout {timeout_s:.0f}s); "
+                "all ranks reached the same step, so the collective itself is stuck"
+            )
+            evidence = []
+        return Detection(
+            detection_id=f"{self.job_id}/hang/{self.last_progress_ts}",
+            detection_type="hang",
+            cluster=self.cluster,
+            job_id=self.job_id,
+            node=node,
+            rank=rank,
+            score=round(waited_s / max(timeout_s, 1e-9), 3),
+            onset_ts=self.last_progress_ts,
+            detected_ts=now_ts,
+            emitted_ts=emitted_ns,
+            summary=summary,
+            evidence=[f"median step time {timeout_s / self.config.timeout_factor:.2f}s", *evidence],
+            details={"waited_s": round(waited_s, 3), "timeout_s": round(timeout_s, 3)},
+        )
+
+    def _node(self, name: str, node: _Node, now_ts: int, emitted_ns: int) -> list[Detection]:
+        if node.last_any < 0:
+            return []
+        cfg = self.config
+        limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
+        hb_limit = int(max(cfg.min_silence_s, cfg.collector_silence_factor * node.interval_s) * S)
+        silent_all = now_ts - node.last_any > limit
+        silent_hb = (
+            node.last_heartbeat >= 0
+            and now_ts - node.last_heartbeat > hb_limit
+            # its ranks kept reporting well after the last heartbeat: the node is up
+            and node.last_span - node.last_heartbeat > limit
+            and now_ts - node.last_span < limit
+        )
+        state = "node_unresponsive" if silent_all else "collector_silent" if silent_hb else ""
+        since_any = node.last_any if silent_all else node.last_heartbeat
+        if state and not self._before_end(since_any):
+            state = ""  # it went quiet after the job failed or ended: a consequence
+        if state == node.flagged:
+            return []
+        node.flagged = state
+        if not state:
+            return []
+        since = node.last_any if state == "node_unresponsive" else node.last_heartbeat
+        if state == "node_unresponsive":
+            summary = (
+                f"{name} is unresponsive: no telemetry at all (heartbeats, samples, spans) for "
+                f"{(now_ts - since) / S:.0f}s while the rest of the job reports"
+            )
+        else:
+            summary = (
+                f"the collector on {name} is silent (no heartbeat for {(now_ts - since) / S:.0f}s) "
+                "but its ranks' spans still arrive: the node is up, the agent is not"
+            )
+        return [
+            Detection(
+                detection_id=f"{self.job_id}/{state}/{name}/{since}",
+                detection_type=state,
+                cluster=self.cluster,
+                job_id=self.job_id,
+                node=name,
+                score=round((now_ts - since) / limit, 3),
+                onset_ts=since,
+                detected_ts=now_ts,
+                emitted_ts=emitted_ns,
+                summary=summary,
+                evidence=[f"heartbeat interval {node.interval_s:g}s"],
+                details={"silent_s": round((now_ts - since) / S, 3)},
+            )
+        ]

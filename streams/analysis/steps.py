@@ -1,0 +1,177 @@
+"""Per-step join of all ranks' phase spans: the raw material of clock alignment and stragglers.
+
+In synchronous data-parallel training, step N's collective completes for every rank at the same
+true moment (when the last rank arrives). Two facts follow and everything here rests on them:
+
+- **Clock offsets.** The collective-end timestamps of different nodes for the same step differ
+  only by the nodes' clock offsets, so per node ``median(end_node - end_reference)`` over recent
+  steps estimates its offset (NTP-free, from data the job produces anyway).
+- **Arrival order without clocks.** A rank that arrives late waits *less* in the collective, so
+  the shortest collective duration marks the last arrival. Durations are measured on one node's
+  clock, so they need no alignment; neither do compute durations.
+
+Memory is bounded: only the last ``max_open_steps`` steps are kept open; a step is finalised when
+a later step has been seen from most ranks (or on ``flush``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass, field
+
+from schemas.events import Event, SpanEvent
+
+COMPUTE_PHASES = frozenset({"data", "forward", "backward", "optimizer"})
+
+
+@dataclass
+class RankStep:
+    node: str = ""
+    compute_ns: int = 0
+    data_ns: int = 0
+    collective_ns: int | None = None
+    collective_end_ts: int | None = None  # source clock of the rank's node
+    phases: int = 0
+
+
+@dataclass
+class StepStats:
+    """A finalised step: per-rank compute/data/collective and the arrival order."""
+
+    step: int
+    end_ts_by_node: dict[str, int]
+    compute_ns: dict[int, int]
+    data_ns: dict[int, int]
+    collective_ns: dict[int, int]
+    node_of: dict[int, str]
+    median_compute_ns: float
+    median_data_ns: float
+
+    def late_arrivers(self, share: float) -> set[int]:
+        """Ranks among the last ``share`` to arrive (shortest collectives)."""
+        if not self.collective_ns:
+            return set()
+        n = max(1, int(len(self.collective_ns) * share))
+        ordered = sorted(self.collective_ns, key=lambda r: self.collective_ns[r])
+        return set(ordered[:n])
+
+    @property
+    def last_arriver(self) -> int | None:
+        if not self.collective_ns:
+            return None
+        return min(self.collective_ns, key=lambda r: self.collective_ns[r])
+
+
+@dataclass
+class StepJoin:
+    """Collects phase spans per (step, rank) and finalises steps into :class:`StepStats`."""
+
+    max_open_steps: int = 8
+    steps: dict[int, dict[int, RankStep]] = field(default_factory=dict)
+    finalized_upto: int = -1
+    ranks_seen: set[int] = field(default_factory=set)
+    done: deque[StepStats] = field(default_factory=deque)
+
+    def observe(self, ev: Event) -> None:
+        if not isinstance(ev, SpanEvent) or ev.rank is None:
+            return
+        p = ev.payload
+        if p.step is None or p.step <= self.finalized_upto:
+            return
+        phase = p.phase
+        if phase not in COMPUTE_PHASES and phase != "collective":
+            return
+        self.ranks_seen.add(ev.rank)
+        per_rank = self.steps.get(p.step)
+        if per_rank is None:
+            per_rank = self.steps[p.step] = {}
+            if len(self.steps) > self.max_open_steps:
+                self._finalize(min(self.steps))
+        rs = per_rank.get(ev.rank)
+        if rs is None:
+            rs = per_rank[ev.rank] = RankStep(node=ev.node)
+        dur = max(0, p.end_ns - p.start_ns)
+        if phase == "collective":
+            rs.collective_ns = dur
+            rs.collective_end_ts = ev.ts
+        else:
+            rs.compute_ns += dur
+            rs.phases += 1
+            if phase == "data":
+                rs.data_ns += dur
+
+    def _finalize(self, step: int) -> None:
+        per_rank = self.steps.pop(step, {})
+        self.finalized_upto = max(self.finalized_upto, step)
+        complete = {
+            r: s for r, s in per_rank.items() if s.collective_ns is not None and s.phases >= 1
+        }
+        if len(complete) < 2:
+            return
+        ends: dict[str, list[int]] = {}
+        for s in complete.values():
+            assert s.collective_end_ts is not None
+            ends.setdefault(s.node, []).append(s.collective_end_ts)
+        compute = {r: s.compute_ns for r, s in complete.items()}
+        data = {r: s.data_ns for r, s in complete.items()}
+        self.done.append(
+            StepStats(
+                step=step,
+                end_ts_by_node={n: int(statistics.median(v)) for n, v in ends.items()},
+                compute_ns=compute,
+                data_ns=data,
+                collective_ns={r: s.collective_ns or 0 for r, s in complete.items()},
+                node_of={r: s.node for r, s in complete.items()},
+                median_compute_ns=statistics.median(compute.values()),
+                median_data_ns=statistics.median(data.values()),
+            )
+        )
+
+    def finalize_ready(self) -> list[StepStats]:
+        """Finalise steps that every rank has moved past; return what finalised since last call."""
+        if len(self.steps) >= 2:
+            newest = max(self.steps)
+            for step in sorted(self.steps):
+                if step >= newest:
+                    break
+                later = self.steps.get(step + 1, {})
+                if len(later) >= 0.9 * max(1, len(self.ranks_seen)):
+                    self._finalize(step)
+        out = list(self.done)
+        self.done.clear()
+        return out
+
+    def flush(self) -> list[StepStats]:
+        for step in sorted(self.steps):
+            self._finalize(step)
+        out = list(self.done)
+        self.done.clear()
+        return out
+
+
+@dataclass
+class ClockOffsets:
+    """Per-node clock offset estimates (ns) from simultaneous collective completions."""
+
+    history: int = 20
+    samples: dict[str, deque[int]] = field(default_factory=dict)
+    offsets: dict[str, int] = field(default_factory=dict)
+
+    def update(self, stats: StepStats) -> None:
+        ends = stats.end_ts_by_node
+        if len(ends) < 2:
+            return
+        reference = statistics.median(ends.values())
+        for node, end in ends.items():
+            dq = self.samples.get(node)
+            if dq is None:
+                dq = self.samples[node] = deque(maxlen=self.history)
+            dq.append(int(end - reference))
+            self.offsets[node] = int(statistics.median(dq))
+
+    def offset(self, node: str) -> int:
+        return self.offsets.get(node, 0)
+
+    def correct(self, node: str, ts: int) -> int:
+        return ts - self.offsets.get(node, 0)
