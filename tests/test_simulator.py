@@ -9,6 +9,7 @@ import time
 from collections import defaultdict
 
 import pytest
+from pydantic import ValidationError
 
 from collectors import (
     PhaseDurations,
@@ -19,14 +20,18 @@ from collectors import (
     simulate,
     summarize,
 )
+from collectors.simulator import INIT_COLLECTIVES, fast_model, inventory_fingerprint
 from schemas import (
     EVENT_ADAPTER,
     Event,
+    FabricCountersEvent,
     GpuSampleEvent,
     HeartbeatEvent,
+    NodeInventoryEvent,
     SchedulerEventEvent,
     SpanEvent,
 )
+from schemas.payloads import GpuSample
 
 START_NS = 1_700_000_000_000_000_000
 CONFIG = SimulationConfig(start_ns=START_NS)
@@ -365,3 +370,107 @@ def test_pace_real_clock_is_quick() -> None:
 def test_pace_rejects_negative_speed() -> None:
     with pytest.raises(ValueError):
         list(pace([], -1.0))
+
+
+# ---------------------------------------------------------------- background, seq, skew, planning
+
+
+def test_collective_spans_carry_the_pytorch_sequence_number(events: list[Event]) -> None:
+    for step, phases in by_step(events).items():
+        for c in phases["collective"]:
+            assert c.payload.attributes == {
+                "collective.op": "all_reduce",
+                "collective.seq": step + INIT_COLLECTIVES + 1,
+            }
+        assert all(not s.payload.attributes for s in phases["forward"])
+
+
+def test_background_telemetry_when_enabled() -> None:
+    cfg = SimulationConfig(
+        start_ns=START_NS, duration_s=12.0, inventory=True, fabric_interval_s=2.0, hcas_per_node=4
+    )
+    evs = list(simulate(cfg))
+    for e in evs:
+        assert EVENT_ADAPTER.validate_python(e.model_dump(by_alias=True)) == e
+    inv = [e for e in evs if isinstance(e, NodeInventoryEvent)]
+    assert [(e.node, e.ts) for e in inv] == [("node000", START_NS), ("node001", START_NS)]
+    assert len({e.payload.fingerprint for e in inv}) == 1, "identical nodes, one fingerprint"
+    p = inv[0].payload
+    fields = p.model_dump(exclude={"fingerprint"})
+    assert p.fingerprint == inventory_fingerprint(fields)
+    assert (p.gpu_count, len(p.hca_firmware)) == (8, 4)
+    polls: dict[tuple[str, str], list[FabricCountersEvent]] = defaultdict(list)
+    for e in evs:
+        if isinstance(e, FabricCountersEvent):
+            polls[(e.node, e.payload.device)].append(e)
+            assert e.rank is None and e.job_id == cfg.job_id
+    assert len(polls) == 2 * 4
+    for series in polls.values():
+        assert [e.ts for e in series] == [START_NS + i * 2 * NS for i in range(len(series))]
+        first, *rest = series
+        assert first.payload.rates_per_s == {} and first.payload.interval_s is None
+        for a, b in itertools.pairwise(series):
+            for name, value in b.payload.counters.items():
+                assert value >= a.payload.counters[name]
+            words = b.payload.counters["port_xmit_data"] - a.payload.counters["port_xmit_data"]
+            assert b.payload.rates_per_s["xmit_bytes"] == pytest.approx(words * 4 / 2, rel=1e-6)
+            assert b.payload.rates_per_s["symbol_error"] == 0.0
+            assert b.payload.state == "4: ACTIVE" and b.payload.interval_s == 2.0
+        assert rest
+
+
+def test_clock_offset_shifts_one_node_and_keeps_its_order() -> None:
+    cfg = SimulationConfig(start_ns=START_NS, duration_s=10.0)
+    plain = list(simulate(cfg))
+    sim = TrainingJobSimulator(cfg)
+    sim.clock_offsets["node001"] = -3 * NS
+    skewed = list(sim.run())
+    assert [e.event_id for e in skewed] == [e.event_id for e in plain], "true-time order"
+    for a, b in zip(plain, skewed, strict=True):
+        shift = -3 * NS if a.node == "node001" else 0
+        assert (b.ts - a.ts, b.observed_ts - a.observed_ts) == (shift, shift)
+        if isinstance(a, SpanEvent):
+            assert isinstance(b, SpanEvent)
+            assert b.payload.start_ns - a.payload.start_ns == shift
+    node1 = [e.ts for e in skewed if e.node == "node001"]
+    assert node1 == sorted(node1)
+
+
+def test_look_ahead_planning_does_not_change_the_stream(events: list[Event]) -> None:
+    sim = TrainingJobSimulator(CONFIG)
+    plan = sim.plan_until(START_NS + 30 * NS)
+    assert plan.start_ns <= START_NS + 30 * NS < plan.end_ns
+    assert plan.end_ns == plan.start_ns + max(p.compute_ns for p in plan.phases) + (
+        plan.collective_ns
+    )
+    assert plan.arrival_ns(3) == plan.start_ns + plan.phases[3].compute_ns
+    assert [e.model_dump() for e in sim.run()] == [e.model_dump() for e in events]
+
+
+def test_stall_needs_a_failing_step() -> None:
+    sim = TrainingJobSimulator(SimulationConfig(start_ns=START_NS, duration_s=10.0))
+    sim.stall_ns = START_NS + 3 * NS
+    with pytest.raises(NotImplementedError):
+        list(sim.run())
+
+
+def test_idle_phase_samples() -> None:
+    sim = TrainingJobSimulator(SimulationConfig(start_ns=START_NS))
+    idle = [sim.gpu_sample_payload(sim.ranks[0], "other", START_NS) for _ in range(20)]
+    assert max(p.sm_util_pct for p in idle) <= 3.0
+
+
+def test_fast_model_behaves_like_a_validated_model(events: list[Event]) -> None:
+    sample = next(e for e in events if isinstance(e, GpuSampleEvent))
+    other = next(e for e in events if isinstance(e, GpuSampleEvent) and e is not sample)
+    changed = sample.payload.model_copy(update={"throttle_reasons": 4})
+    assert changed.throttle_reasons == 4 and sample.payload.throttle_reasons == 0
+    assert (
+        sample.payload.model_fields_set
+        == other.payload.model_fields_set
+        == set(GpuSample.model_fields)
+    )
+    with pytest.raises(ValidationError):
+        sample.payload.throttle_reasons = 1  # type: ignore[misc]
+    built = fast_model(GpuSample, sample.payload.model_dump())
+    assert built == sample.payload == GpuSample.model_validate(sample.payload.model_dump())
