@@ -276,6 +276,55 @@ def simulate(
     )
 
 
+@app.command("eval")
+def eval_command(
+    ranks: Annotated[
+        list[int] | None, typer.Option("--ranks", help="Job sizes (repeatable; default 64, 512).")
+    ] = None,
+    seeds: Annotated[int, typer.Option(help="Seeds per scenario.")] = 3,
+    duration: Annotated[float, typer.Option(help="Seconds of event time per run.")] = 60.0,
+    out: Annotated[Path, typer.Option(help="JSON results file.")] = Path(
+        ".rankscope/eval/results.json"
+    ),
+    home: HomeOpt = Path(".rankscope"),
+    bootstrap: BootstrapOpt = None,
+    clickhouse_url: ClickHouseOpt = None,
+    prefix: PrefixOpt = "rankscope-eval",
+    database: DatabaseOpt = "rankscope_eval",
+) -> None:
+    """Run the labelled fault suite through the real pipeline and score it against truth."""
+    from rankscope.evaluate import run_eval
+
+    logging.getLogger("collectors.publisher.librdkafka").setLevel(logging.ERROR)
+    sizes = ranks or [64, 512]
+    report = run_eval(
+        _settings(home, bootstrap, clickhouse_url, prefix, database),
+        sizes,
+        seeds,
+        duration,
+        out,
+        console,
+    )
+    totals = report.totals()
+    raise typer.Exit(0 if totals["faulted_runs"] else 1)
+
+
+@app.command()
+def incidents(
+    job: Annotated[str | None, typer.Option(help="Only this job.")] = None,
+    limit: int = 20,
+    clickhouse_url: ClickHouseOpt = None,
+    home: HomeOpt = Path(".rankscope"),
+    database: DatabaseOpt = "rankscope",
+) -> None:
+    """Print incidents as readable timelines: what failed first, and why the others failed."""
+    from rankscope.report import print_incidents
+    from sinks.clickhouse import connect
+
+    url = clickhouse_url or _local_clickhouse_url(home)
+    print_incidents(connect(url), database, console, job_id=job, limit=limit)
+
+
 @app.command("schemas-export")
 def schemas_export() -> None:
     """Rewrite the committed JSON Schema files from the pydantic models."""

@@ -19,6 +19,7 @@ import faust
 from schemas.derived import RankWindow
 from schemas.events import EVENT_LIST_ADAPTER, dump_events
 from schemas.topics import partition_key
+from streams.analysis.job import JobAnalyzer
 from streams.config import StreamsConfig
 from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
 from streams.windows import WindowAggregator, corrected_ts
@@ -44,6 +45,8 @@ class StageCounters:
     window_records_in: int = 0
     windows_emitted: int = 0
     late_events: int = 0
+    detections: int = 0
+    incidents: int = 0
     pending_acks: int = 0
     started_wall: float = field(default_factory=time.time)
 
@@ -77,6 +80,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     windows_topic = app.topic(topics.windows, value_serializer="raw")
     late_topic = app.topic(topics.late, value_serializer="raw")
     deadletter_topic = app.topic(topics.deadletter, value_serializer="raw")
+    detections_topic = app.topic(topics.detections, value_serializer="raw")
+    incidents_topic = app.topic(topics.incidents, value_serializer="raw")
     limits = config.limits
 
     @app.agent(raw_topic, name=f"{config.app_id}.validate")
@@ -130,6 +135,17 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
 
     size_ns = agg.size_ns
 
+    analyzers: dict[str, JobAnalyzer] = {}
+
+    async def publish_findings(analyzer: JobAnalyzer) -> None:
+        detections, incidents = analyzer.advance()
+        for d in detections:
+            counters.detections += 1
+            await detections_topic.send(key=d.job_id.encode(), value=d.model_dump_json().encode())
+        for i in incidents:
+            counters.incidents += 1
+            await incidents_topic.send(key=i.job_id.encode(), value=i.model_dump_json().encode())
+
     @app.agent(events_topic, name=f"{config.app_id}.windows")
     async def windows(stream: faust.StreamT[bytes]) -> None:
         # Acks are manual: a record is acked once all the windows it touched are emitted.
@@ -138,8 +154,17 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             now = time.time()
             last_end = -1
             job_id = ""
+            touched: set[str] = set()
             for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
                 job_id = ev.job_id
+                if job_id and config.analysis_enabled:
+                    analyzer = analyzers.get(job_id)
+                    if analyzer is None:
+                        analyzer = analyzers[job_id] = JobAnalyzer(
+                            ev.cluster, job_id, config.analysis
+                        )
+                    analyzer.observe(ev)
+                    touched.add(job_id)
                 late = agg.add(ev, now)
                 if late is not None:
                     counters.late_events += 1
@@ -150,6 +175,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                     t = corrected_ts(ev)
                     last_end = max(last_end, t - t % size_ns + size_ns)
             await emit(agg.close_ready(now))
+            for jid in touched:
+                await publish_findings(analyzers[jid])
             if last_end < 0:
                 event.ack()
             else:

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from schemas.topics import DEFAULT_PREFIX, Topics
+from streams.analysis.job import AnalysisConfig
 
 
 class ValidationLimits(BaseModel):
@@ -54,6 +55,8 @@ class StreamsConfig(BaseModel):
     data_dir: Path = Path(".rankscope/faust")
     limits: ValidationLimits = ValidationLimits()
     windows: WindowConfig = WindowConfig()
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    analysis_enabled: bool = True
     log_level: str = "warn"
 
     @property

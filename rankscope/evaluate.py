@@ -1,0 +1,307 @@
+"""``rankscope eval``: the labelled fault suite through the real pipeline, scored against truth.
+
+Every catalogue scenario (plus clock-skew variants and noise) is simulated for each seed and
+size, published through the collectors' publisher to the real broker, processed by the real
+stream worker, stored by the sink, and the detections and incidents are read back from
+ClickHouse with SQL and compared with the run's ground-truth label.
+
+Scoring, per run:
+- ``root_cause``: one incident whose cause class and node match the label (and the GPU, rank or
+  HCA port where both name one); time to detect = attribution time minus the first symptom.
+- ``straggler``: a straggler detection on the labelled rank (or, for config drift, on the
+  labelled node) with the labelled class; time to detect from the fault's onset.
+- ``hang``: a hang detection naming the labelled rank.
+- ``unresponsive_node``: a node_unresponsive detection (or incident) on the labelled node.
+- ``none``: nothing at all.
+Anything reported about another node or rank is a false positive.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+
+from collectors.faults import FaultLabel, SuiteCase, scenario_suite, simulate_with_faults
+from collectors.publisher import Publisher, PublisherConfig
+
+S = 1_000_000_000
+_STRAGGLER_CLASS = {
+    "thermal": "thermal",
+    "input_pipeline": "input_pipeline",
+    "config_drift": "config_drift",
+    "compute": "compute",
+}
+
+
+@dataclass
+class RunResult:
+    name: str
+    scenario: str
+    ranks: int
+    seed: int
+    job_id: str
+    outcome: str
+    correct: bool
+    false_positives: int
+    detect_s: float | None
+    found: str
+    expected: str
+    events: int = 0
+
+
+@dataclass
+class EvalReport:
+    runs: list[RunResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def totals(self) -> dict[str, Any]:
+        faulted = [r for r in self.runs if r.outcome != "none"]
+        noise = [r for r in self.runs if r.outcome == "none"]
+        correct = sum(r.correct for r in faulted)
+        return {
+            "runs": len(self.runs),
+            "faulted_runs": len(faulted),
+            "correct": correct,
+            "accuracy": round(correct / len(faulted), 4) if faulted else None,
+            "noise_runs": len(noise),
+            "noise_detections": sum(r.false_positives for r in noise),
+            "false_positives": sum(r.false_positives for r in self.runs),
+            "wall_s": round(self.wall_s, 1),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {"totals": self.totals(), "runs": [asdict(r) for r in self.runs]}, indent=2
+        )
+
+
+def rebase(cases: Iterable[SuiteCase], now_ns: int) -> list[SuiteCase]:
+    """Move each run's start close to now: the validate stage refuses events more than a week
+    older than their Kafka record time, and the suite's fixed epoch is older than that."""
+    out = []
+    cases = list(cases)
+    for i, c in enumerate(cases):
+        start = now_ns - (len(cases) - i) * 5 * 60 * S
+        out.append(c._replace(config=c.config.model_copy(update={"start_ns": start})))
+    return out
+
+
+def publish_suite(
+    bootstrap: str, topic_prefix: str, cases: list[SuiteCase]
+) -> dict[str, tuple[SuiteCase, list[FaultLabel], int]]:
+    runs: dict[str, tuple[SuiteCase, list[FaultLabel], int]] = {}
+    with Publisher(PublisherConfig(bootstrap=bootstrap, topic_prefix=topic_prefix)) as pub:
+        pub.check_connection()
+        for case in cases:
+            events, labels = simulate_with_faults(case.config, case.faults)
+            n = 0
+            chunk = []
+            for ev in events:
+                chunk.append(ev)
+                if len(chunk) >= 5000:
+                    pub.publish(chunk)
+                    n += len(chunk)
+                    chunk = []
+            pub.publish(chunk)
+            n += len(chunk)
+            runs[case.config.job_id] = (case, list(labels), n)
+        pub.flush(120)
+    return runs
+
+
+def _rows(client: Client, sql: str, job_id: str) -> list[dict[str, Any]]:
+    res = client.query(sql, parameters={"j": job_id})
+    return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
+
+
+def score_findings(
+    label: FaultLabel, dets: list[dict[str, Any]], incs: list[dict[str, Any]]
+) -> tuple[bool, int, float | None, str]:
+    """(correct, false positives, seconds to detect, what was found) for one run.
+
+    ``dets``/``incs`` are rows shaped like the ``detections``/``incidents`` tables.
+    """
+
+    def about_label(node: str, rank: int) -> bool:
+        if label.node and node and node != label.node:
+            return False
+        return not (label.fault_ranks and rank >= 0 and rank not in label.fault_ranks)
+
+    correct = False
+    detect_s: float | None = None
+    found = "; ".join(
+        [
+            f"{d['detection_type']}:{d['straggler_class'] or ''}@{d['node']}/{d['rank']}"
+            for d in dets
+        ]
+        + [f"incident:{i['cause_class']}@{i['node']}/{i['rank']}" for i in incs]
+    )
+    onset = label.onset_ns or 0
+    if label.outcome == "root_cause":
+        for i in incs:
+            ok = i["cause_class"] == label.cause_class and (
+                not label.node or i["node"] == label.node
+            )
+            if ok and label.rank is not None and i["rank"] >= 0:
+                ok = i["rank"] == label.rank
+            if ok:
+                correct = True
+                detect_s = (i["attributed_ts_ns"] - i["first_symptom_ts_ns"]) / S
+                break
+    elif label.outcome == "straggler":
+        want = _STRAGGLER_CLASS.get(label.cause_class or "", label.cause_class)
+        for d in dets:
+            if d["detection_type"] != "straggler" or d["straggler_class"] != want:
+                continue
+            if (label.rank is not None and d["rank"] == label.rank) or (
+                label.rank is None and d["node"] == label.node
+            ):
+                correct = True
+                detect_s = (d["detected_ts_ns"] - onset) / S
+                break
+    elif label.outcome == "hang":
+        for d in dets:
+            if d["detection_type"] == "hang" and d["rank"] == label.rank:
+                correct = True
+                detect_s = (d["detected_ts_ns"] - onset) / S
+                break
+    elif label.outcome == "unresponsive_node":
+        for d in dets:
+            if d["detection_type"] == "node_unresponsive" and d["node"] == label.node:
+                correct = True
+                detect_s = (d["detected_ts_ns"] - onset) / S
+                break
+        for i in incs:
+            if not correct and i["cause_class"] == "node_unresponsive" and i["node"] == label.node:
+                correct = True
+                detect_s = (i["attributed_ts_ns"] - onset) / S
+    if label.outcome == "none":
+        fps = len(dets) + len(incs)
+        correct = fps == 0
+    else:
+        fps = sum(not about_label(d["node"], d["rank"]) for d in dets)
+        fps += sum(not about_label(i["node"], i["rank"]) for i in incs)
+    return correct, fps, detect_s, found
+
+
+def score_run(
+    client: Client, database: str, case: SuiteCase, labels: list[FaultLabel], events: int
+) -> RunResult:
+    job = case.config.job_id
+    label = labels[0]
+    dets = _rows(
+        client,
+        f"SELECT detection_type, straggler_class, node, rank, onset_ts_ns, detected_ts_ns "
+        f"FROM {database}.detections FINAL WHERE job_id = %(j)s ORDER BY detected_ts_ns",
+        job,
+    )
+    incs = _rows(
+        client,
+        f"SELECT cause_class, node, gpu, rank, device, first_symptom_ts_ns, attributed_ts_ns "
+        f"FROM {database}.incidents FINAL WHERE job_id = %(j)s ORDER BY attributed_ts_ns",
+        job,
+    )
+
+    correct, fps, detect_s, found = score_findings(label, dets, incs)
+    expected = f"{label.outcome}:{label.cause_class or ''}@{label.node or ''}/{label.rank}"
+    return RunResult(
+        name=case.name,
+        scenario=label.scenario,
+        ranks=case.config.ranks,
+        seed=case.config.seed,
+        job_id=job,
+        outcome=label.outcome,
+        correct=correct,
+        false_positives=fps,
+        detect_s=None if detect_s is None else round(detect_s, 2),
+        found=found[:400],
+        expected=expected,
+        events=events,
+    )
+
+
+def suite(ranks: list[int], seeds: int, duration_s: float) -> list[SuiteCase]:
+    cases: list[SuiteCase] = []
+    for r in ranks:
+        for c in scenario_suite(r, seeds, duration_s=duration_s):
+            cfg = c.config.model_copy(update={"job_id": f"{c.config.job_id}-r{r}"})
+            cases.append(c._replace(config=cfg))
+    return rebase(cases, time.time_ns())
+
+
+def write_report(report: EvalReport, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(report.to_json() + "\n")
+
+
+def run_eval(
+    settings: Any,
+    ranks: list[int],
+    seeds: int,
+    duration_s: float,
+    out: Path,
+    console: Any,
+    drain_timeout_s: float = 1800.0,
+) -> EvalReport:
+    """Simulate, publish, process, store, score (``settings``: ``rankscope.settings.Settings``)."""
+    from rich.table import Table
+
+    from rankscope.demo import _services, settings_topics
+    from rankscope.kafka_admin import create_pipeline_topics
+    from rankscope.pipeline import Pipeline, PipelineConfig
+    from sinks.clickhouse import connect, migrate
+
+    t0 = time.monotonic()
+    cases = suite(ranks, seeds, duration_s)
+    report = EvalReport()
+    with _services(settings, False, console) as (bootstrap, ch_url):
+        create_pipeline_topics(bootstrap, settings_topics(settings), settings.partitions)
+        client = connect(ch_url)
+        migrate(client, settings.database)
+        cfg = PipelineConfig(
+            bootstrap=bootstrap,
+            clickhouse_url=ch_url,
+            topic_prefix=settings.topic_prefix,
+            database=settings.database,
+            home=settings.home,
+        )
+        with (
+            Pipeline(cfg) as pipeline,
+            console.status(f"simulating and publishing {len(cases)} runs") as st,
+        ):
+            runs = publish_suite(bootstrap, settings.topic_prefix, cases)
+            total = sum(n for _, _, n in runs.values())
+            st.update(f"processing {total:,} events")
+
+            def show(worker_lag: int, sink_lag: int) -> None:
+                st.update(f"processing: worker lag {worker_lag:,} records, sink {sink_lag:,}")
+
+            pipeline.wait_drained(drain_timeout_s, on_poll=show)
+        for case, labels, n in runs.values():
+            report.runs.append(score_run(client, settings.database, case, labels, n))
+    report.wall_s = time.monotonic() - t0
+
+    table = Table(title=f"rankscope eval: {len(report.runs)} runs")
+    for col in ("run", "ranks", "expected", "found", "ok", "FP", "detect s"):
+        table.add_column(col)
+    for r in sorted(report.runs, key=lambda r: (r.ranks, r.name)):
+        table.add_row(
+            r.name,
+            str(r.ranks),
+            r.expected,
+            r.found[:60],
+            "yes" if r.correct else "[red]NO[/]",
+            str(r.false_positives),
+            "" if r.detect_s is None else f"{r.detect_s:.1f}",
+        )
+    console.print(table)
+    console.print_json(json.dumps(report.totals()))
+    write_report(report, out)
+    console.print(f"written to {out}")
+    return report

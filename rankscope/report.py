@@ -1,0 +1,108 @@
+"""Human-readable incident timelines, from the ``incidents`` and ``detections`` tables.
+
+A reviewer should see which component failed first and why the other ranks failed without
+reading code: the primary cause, the evidence chain in corrected time, and the symptom ranks
+collapsed into one line.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from clickhouse_connect.driver.client import Client
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+
+_ROLE_STYLE = {"cause": "bold red", "precursor": "yellow", "symptom": "dim"}
+
+
+def _clock(ts_ns: int) -> str:
+    return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _ranks(ranks: list[int]) -> str:
+    """[0,1,2,3,7,8] -> '0-3, 7-8' so a 999-rank cascade stays one line."""
+    if not ranks:
+        return "none"
+    ranks = sorted(set(ranks))
+    parts: list[str] = []
+    start = prev = ranks[0]
+    for r in [*ranks[1:], None]:
+        if r is not None and r == prev + 1:
+            prev = r
+            continue
+        parts.append(f"{start}" if start == prev else f"{start}-{prev}")
+        if r is not None:
+            start = prev = r
+    return ", ".join(parts)
+
+
+def incident_rows(
+    client: Client, database: str, job_id: str | None, limit: int
+) -> list[dict[str, Any]]:
+    where = "WHERE job_id = %(j)s" if job_id else ""
+    res = client.query(
+        f"SELECT * FROM {database}.incidents FINAL {where} ORDER BY first_cause_ts_ns DESC "
+        f"LIMIT {int(limit)}",
+        parameters={"j": job_id} if job_id else None,
+    )
+    return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
+
+
+def render_incident(row: dict[str, Any], max_evidence: int = 25) -> Panel:
+    evidence = json.loads(row["evidence_json"] or "[]")
+    table = Table(show_header=True, box=None, pad_edge=False)
+    for col in ("time (aligned)", "node", "rank", "", "what"):
+        table.add_column(col)
+    shown = evidence[:max_evidence]
+    for item in shown:
+        style = _ROLE_STYLE.get(item.get("role", ""), "")
+        table.add_row(
+            _clock(int(item["ts"])),
+            item.get("node", ""),
+            "" if item.get("rank") is None else str(item["rank"]),
+            item.get("role", ""),
+            item.get("what", ""),
+            style=style,
+        )
+    if len(evidence) > len(shown):
+        table.add_row("", "", "", "", f"... {len(evidence) - len(shown)} more in incidents table")
+    where = row["node"] + (f" GPU {row['gpu']}" if row["gpu"] >= 0 else "")
+    if row["rank"] >= 0:
+        where += f" (rank {row['rank']})"
+    if row["device"]:
+        where += f" {row['device']}"
+    offsets = {k: v for k, v in (row.get("clock_offsets_ns") or {}).items() if v}
+    lines = [
+        f"[bold]{row['summary']}[/]",
+        "",
+        f"primary cause: [bold]{row['cause_class']}[/] on {where or 'unknown'}   "
+        f"confidence {row['confidence']:.2f}",
+        f"symptom ranks ({len(row['symptom_ranks'])}): {_ranks(list(row['symptom_ranks']))}",
+    ]
+    if offsets:
+        lines.append(
+            "clock offsets corrected: "
+            + ", ".join(f"{n} {o / 1e9:+.3f}s" for n, o in sorted(offsets.items()))
+        )
+    from rich.console import Group
+
+    return Panel(
+        Group(*lines, "", table),
+        title=f"incident {row['incident_id']}  job {row['job_id']}",
+        subtitle=f"first cause {_clock(row['first_cause_ts_ns'])} UTC",
+    )
+
+
+def print_incidents(
+    client: Client, database: str, console: Console, job_id: str | None = None, limit: int = 20
+) -> int:
+    rows = incident_rows(client, database, job_id, limit)
+    if not rows:
+        console.print("no incidents" + (f" for job {job_id}" if job_id else ""))
+    for row in rows:
+        console.print(render_incident(row))
+    return len(rows)
