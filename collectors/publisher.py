@@ -58,6 +58,11 @@ class PublisherConfig(BaseModel):
     bootstrap: str = Field(min_length=1, description="Kafka bootstrap servers, host:port[,...].")
     topic_prefix: str = Field(default="rankscope", min_length=1)
     client_id: str = Field(default="rankscope-collector", min_length=1)
+    max_batch_event_span_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Replays: close a batch once it spans this much event time (None: live).",
+    )
     max_batch_events: int = Field(default=200, ge=1, description="Events per Kafka message.")
     linger_ms: int = Field(
         default=20,
@@ -275,10 +280,29 @@ class Publisher:
 
     def publish(self, events: Iterable[Event]) -> PublisherStats:
         """Batch and produce ``events``; returns a snapshot of the stats (deliveries are async)."""
-        max_delay_s = self.config.linger_ms / 1000.0
-        for kind, key, batch in batch_events(
-            events, self.config.max_batch_events, max_delay_s=max_delay_s
-        ):
+        span = self.config.max_batch_event_span_s
+        if span is None:
+            batches = batch_events(
+                events, self.config.max_batch_events, max_delay_s=self.config.linger_ms / 1000.0
+            )
+        else:
+            # Replays: close a batch once it covers ``span`` seconds of *event* time, so a
+            # recorded job reaches the workers in near event-time order across kinds, as live
+            # collectors (one batch per cycle) would deliver it.
+            now = [0.0]
+
+            def tracked(evs: Iterable[Event]) -> Iterator[Event]:
+                for ev in evs:
+                    now[0] = ev.ts / 1e9
+                    yield ev
+
+            batches = batch_events(
+                tracked(events),
+                self.config.max_batch_events,
+                max_delay_s=span,
+                clock=lambda: now[0],
+            )
+        for kind, key, batch in batches:
             self._produce(self.topics.raw(kind), key, batch)
         return replace(self.stats)
 

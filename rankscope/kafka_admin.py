@@ -50,6 +50,10 @@ def create_pipeline_topics(
     raise RuntimeError(f"topics did not appear within {timeout_s}s: {sorted(wanted)}")
 
 
+#: coordinator moving or loading (normal right after a broker or group starts)
+_COORDINATOR_ERRORS = frozenset({14, 15, 16})
+
+
 def group_lag(
     bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float = 10, attempts: int = 5
 ) -> int:
@@ -63,7 +67,8 @@ def group_lag(
             return _group_lag_once(bootstrap, group_id, topic_names, timeout_s)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
-            retriable = getattr(err, "retriable", lambda: False)()
+            code = err.code() if err is not None else None
+            retriable = code in _COORDINATOR_ERRORS or getattr(err, "retriable", lambda: False)()
             if attempt == attempts - 1 or not retriable:
                 raise
             time.sleep(0.2 * 2**attempt)

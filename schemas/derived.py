@@ -165,6 +165,9 @@ class Incident(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     incident_id: str
+    revision: int = Field(
+        default=0, ge=0, description="0 at first emission; later evidence re-emits it, +1."
+    )
     cluster: str
     job_id: str
     cause_class: CauseClass

@@ -400,6 +400,7 @@ DETECTION_TABLE = TableSpec(
 def _incident(i: Incident) -> Row:
     return [
         i.incident_id,
+        i.revision,
         i.cluster,
         i.job_id,
         i.cause_class,
@@ -424,6 +425,7 @@ INCIDENT_TABLE = TableSpec(
     "incidents",
     [
         "incident_id",
+        "revision",
         "cluster",
         "job_id",
         "cause_class",

@@ -27,6 +27,7 @@ from streams.windows import WindowAggregator, corrected_ts
 log = logging.getLogger("rankscope.streams")
 
 _MAX_BYTES = 8 * 1024 * 1024
+_FETCH_BYTES = 256 * 1024
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -62,7 +63,10 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         autodiscover=False,
         producer_acks=-1,
         producer_max_request_size=_MAX_BYTES,
-        consumer_max_fetch_size=_MAX_BYTES,
+        # Small per-partition fetches keep the raw topics of one job in step (a fetch of 8 MiB
+        # of spans is tens of seconds of event time ahead of the heartbeats); the broker still
+        # returns a larger first batch, so oversized records are not stuck.
+        consumer_max_fetch_size=_FETCH_BYTES,
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         broker_commit_interval=1.0,
@@ -136,9 +140,11 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     size_ns = agg.size_ns
 
     analyzers: dict[str, JobAnalyzer] = {}
+    analyzer_seen: dict[str, float] = {}  # job -> worker wall clock of its last event
+    flushed: set[str] = set()
 
-    async def publish_findings(analyzer: JobAnalyzer) -> None:
-        detections, incidents = analyzer.advance()
+    async def publish_findings(analyzer: JobAnalyzer, flush: bool = False) -> None:
+        detections, incidents = analyzer.flush() if flush else analyzer.advance()
         for d in detections:
             counters.detections += 1
             await detections_topic.send(key=d.job_id.encode(), value=d.model_dump_json().encode())
@@ -165,6 +171,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                         )
                     analyzer.observe(ev)
                     touched.add(job_id)
+                    analyzer_seen[job_id] = now
+                    flushed.discard(job_id)
                 late = agg.add(ev, now)
                 if late is not None:
                     counters.late_events += 1
@@ -185,8 +193,22 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
-        await emit(agg.close_ready(time.time()))
+        now = time.time()
+        await emit(agg.close_ready(now))
         ack_settled()
+        # A job whose events stopped (it died, or the stream ended) has no more event time to
+        # push its analysis forward: attribute what is still settling, once.
+        for jid, seen in list(analyzer_seen.items()):
+            idle = now - seen
+            # before the windows' idle close, so findings are on Kafka before the job's
+            # records are fully acknowledged (what "drained" means to callers)
+            if idle >= config.windows.idle_close_s / 2 and jid not in flushed:
+                flushed.add(jid)
+                await publish_findings(analyzers[jid], flush=True)
+            if idle >= config.analysis_retention_s:
+                analyzers.pop(jid, None)
+                analyzer_seen.pop(jid, None)
+                flushed.discard(jid)
 
     return app, counters
 

@@ -57,6 +57,9 @@ class StreamsConfig(BaseModel):
     windows: WindowConfig = WindowConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     analysis_enabled: bool = True
+    analysis_retention_s: float = Field(
+        default=3600.0, gt=0, description="Forget a job's analysis state after this much quiet."
+    )
     log_level: str = "warn"
 
     @property

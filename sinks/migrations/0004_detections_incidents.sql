@@ -27,6 +27,7 @@ ORDER BY (job_id, detection_type, detection_id);
 CREATE TABLE IF NOT EXISTS {db}.incidents
 (
     incident_id          String,
+    revision             UInt32,
     cluster              LowCardinality(String),
     job_id               LowCardinality(String),
     cause_class          LowCardinality(String),
@@ -47,6 +48,6 @@ CREATE TABLE IF NOT EXISTS {db}.incidents
     clock_offsets_ns     Map(String, Int64),
     ingested_at          DateTime64(3, 'UTC') DEFAULT now64(3)
 )
-ENGINE = ReplacingMergeTree
+ENGINE = ReplacingMergeTree(revision)  -- the latest revision of an incident wins
 PARTITION BY toDate(first_cause_ts)
 ORDER BY (job_id, incident_id);

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from schemas.derived import Detection, Incident
 from schemas.events import Event
 from streams.analysis.liveness import LivenessConfig, LivenessDetector
+from streams.analysis.reorder import EventTimeBuffer
 from streams.analysis.rootcause import RootCauseAttributor, RootCauseConfig
 from streams.analysis.steps import ClockOffsets, StepJoin
 from streams.analysis.stragglers import StragglerConfig, StragglerDetector
@@ -35,10 +36,14 @@ class JobAnalyzer:
     event_time: int = -1
     #: recompute the robust job time every this many events (it costs O(nodes))
     recompute_every: int = 256
+    #: node-silence checks wait until this many steps have aligned the clocks
+    min_steps_for_clock: int = 5
 
     def __post_init__(self) -> None:
         self._node_time: dict[str, int] = {}
         self._since_recompute = 0
+        self.buffer = EventTimeBuffer()
+        self._steps_done = 0
         self.steps = StepJoin()
         self.clock = ClockOffsets()
         self.stragglers = StragglerDetector(self.cluster, self.job_id, self.config.stragglers)
@@ -46,7 +51,11 @@ class JobAnalyzer:
         self.rootcause = RootCauseAttributor(self.cluster, self.job_id, self.config.rootcause)
 
     def observe(self, ev: Event) -> None:
-        ts = self.clock.correct(ev.node, ev.ts)
+        """Buffer one event; detectors see events in event-time order (``reorder``)."""
+        for ready, ts in self.buffer.push(ev, self.clock.correct(ev.node, ev.ts)):
+            self._process(ready, ts)
+
+    def _process(self, ev: Event, ts: int) -> None:
         if ev.node not in self._node_time:
             self._node_time[ev.node] = ts
             self._since_recompute = self.recompute_every
@@ -77,6 +86,8 @@ class JobAnalyzer:
 
     def flush(self, emitted_ns: int | None = None) -> tuple[list[Detection], list[Incident]]:
         """End of the stream (the job went quiet): attribute whatever is still settling."""
+        for ev, ts in self.buffer.drain():
+            self._process(ev, ts)
         detections, incidents = self.advance(emitted_ns)
         more = self.rootcause.flush(self.event_time if self.event_time >= 0 else None)
         return detections, incidents + self._with_offsets(more)
@@ -90,15 +101,19 @@ class JobAnalyzer:
     def advance(self, emitted_ns: int | None = None) -> tuple[list[Detection], list[Incident]]:
         """Run the detectors up to the job's event time; returns what is new."""
         now = time.time_ns() if emitted_ns is None else emitted_ns
+        for ev, ts in self.buffer.release():
+            self._process(ev, ts)
         self._recompute_event_time()
         detections: list[Detection] = []
         for stats in self.steps.finalize_ready():
+            self._steps_done += 1
             self.clock.update(stats)
             end = min(stats.end_ts_by_node.values()) if stats.end_ts_by_node else self.event_time
             node0 = min(stats.end_ts_by_node, key=lambda n: stats.end_ts_by_node[n], default="")
             detections.extend(self.stragglers.on_step(stats, self.clock.correct(node0, end), now))
         if self.event_time >= 0:
-            for det in self.liveness.advance(self.event_time, now):
+            aligned = self._steps_done >= self.min_steps_for_clock
+            for det in self.liveness.advance(self.event_time, now, check_nodes=aligned):
                 detections.append(det)
                 if det.detection_type == "hang":
                     self.rootcause.note_hang(det.rank, det.node, det.onset_ts, None)

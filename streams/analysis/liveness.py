@@ -108,19 +108,24 @@ class LivenessDetector:
         med = statistics.median(self.step_times) if self.step_times else cfg.min_timeout_s
         return int(min(cfg.max_timeout_s, max(cfg.min_timeout_s, cfg.timeout_factor * med)) * S)
 
-    def advance(self, now_ts: int, emitted_ns: int) -> list[Detection]:
+    def advance(self, now_ts: int, emitted_ns: int, check_nodes: bool = True) -> list[Detection]:
+        """``check_nodes=False`` until clock offsets are known and the job's inputs are in step:
+        before that, a node whose clock is behind looks silent, and a kind whose topic is read
+        late looks like a stall."""
         out: list[Detection] = []
         timeout = self.timeout_ns()
         if (
-            not self.hang_flagged
+            check_nodes
+            and not self.hang_flagged
             and self.last_progress_ts > 0
             and now_ts - self.last_progress_ts > timeout
             and self._before_end(self.last_progress_ts + timeout)
         ):
             self.hang_flagged = True
             out.append(self._hang(now_ts, emitted_ns))
-        for name, node in self.nodes.items():
-            out.extend(self._node(name, node, now_ts, emitted_ns))
+        if check_nodes:
+            for name, node in self.nodes.items():
+                out.extend(self._node(name, node, now_ts, emitted_ns))
         return out
 
     def _hang(self, now_ts: int, emitted_ns: int) -> Detection:

@@ -894,11 +894,12 @@ class RootCauseAttributor:
             return
         inc = self._build(c)
         c.dirty = False
-        c.revisions += 1
         if c.incident is not None and inc.model_dump(
-            exclude={"emitted_ts"}
-        ) == c.incident.model_dump(exclude={"emitted_ts"}):
+            exclude={"emitted_ts", "revision"}
+        ) == c.incident.model_dump(exclude={"emitted_ts", "revision"}):
             return
+        c.revisions += 1
+        inc = inc.model_copy(update={"revision": c.revisions})
         c.incident = inc
         self.stats.revisions += 1
         self._out.append(inc)
