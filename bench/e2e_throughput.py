@@ -4,7 +4,7 @@ Prints events/s end to end and, in the same run against the same broker, the cei
 confluent-kafka consumer reading the same raw topics (parsing each record's JSON, nothing else).
 The ratio is the number to watch; absolute figures move with the machine.
 
-    .venv/bin/python bench/e2e_throughput.py --ranks 256 --duration 60
+    .venv/bin/python bench/e2e_throughput.py --ranks 512 --duration 60
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def cpu_seconds(pid: int | None) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--ranks", type=int, default=256)
+    ap.add_argument("--ranks", type=int, default=512)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--bootstrap")
     ap.add_argument("--clickhouse-url")
