@@ -222,8 +222,17 @@ def demo(
     keep_services: Annotated[
         bool, typer.Option(help="Leave the local broker and engine running afterwards.")
     ] = False,
+    fault: Annotated[
+        str,
+        typer.Option(
+            help="Fault to inject: gpu_fell_off_bus, ecc_dbe, nvlink_error, ib_link_flap, "
+            "thermal_straggler, input_straggler, hang, node_unresponsive, preemption, host_oom, "
+            "config_drift, noise, or none."
+        ),
+    ] = "gpu_fell_off_bus",
 ) -> None:
-    """Simulate a multi-rank job through the whole pipeline and print what was stored."""
+    """Simulate a multi-rank job with an injected fault through the whole pipeline, then print
+    what was stored, what was detected, and the incident report."""
     from rankscope.demo import DemoOptions, run_demo
 
     # librdkafka reports transient retries (e.g. "coordinator load in progress") as warnings;
@@ -236,6 +245,7 @@ def demo(
         seed=seed,
         speed=speed,
         keep_services=keep_services,
+        fault=fault,
     )
     code = run_demo(_settings(home, bootstrap, clickhouse_url, prefix, database), opts, console)
     raise typer.Exit(code)

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from collectors.faults import FaultLabel, parse_faults, simulate_with_faults
 from collectors.publisher import Publisher
 from collectors.simulator import SimulationConfig, pace, simulate
 from rankscope.kafka_admin import create_pipeline_topics
@@ -39,6 +40,8 @@ class DemoOptions:
     keep_services: bool = False
     inject_bad_records: bool = True
     drain_timeout_s: float = 300.0
+    #: a fault-catalogue scenario to inject (collectors.faults.SCENARIOS), or "none"
+    fault: str = "gpu_fell_off_bus"
 
 
 #: Records a buggy collector might send; the validate stage must dead-letter each with a reason.
@@ -91,11 +94,13 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
             database=settings.database,
             home=settings.home,
         )
+        events, labels = _events(sim, opts)
         with Pipeline(cfg) as pipeline:
-            produced = _publish(settings, bootstrap, sim, opts, console)
+            produced = _publish(settings, bootstrap, sim, opts, console, events)
             bad = _inject_bad(settings, bootstrap, job_id) if opts.inject_bad_records else 0
             _wait(pipeline, opts, console)
         report = _summary(client, settings.database, job_id, produced, bad, console)
+        report += _findings(client, settings.database, job_id, labels, console)
         path = settings.home / "reports" / f"{job_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report)
@@ -109,13 +114,27 @@ def settings_topics(settings: Settings) -> Topics:
     return Topics(settings.topic_prefix)
 
 
+def _events(sim: SimulationConfig, opts: DemoOptions) -> tuple[list[Event], list[FaultLabel]]:
+    if opts.fault == "none":
+        return list(simulate(sim)), []
+    fault = parse_faults([{"scenario": opts.fault}])
+    sim = sim.model_copy(update={"inventory": True, "fabric_interval_s": 2.0})
+    events, labels = simulate_with_faults(sim, fault)
+    return list(events), labels
+
+
 def _publish(
-    settings: Settings, bootstrap: str, sim: SimulationConfig, opts: DemoOptions, console: Console
+    settings: Settings,
+    bootstrap: str,
+    sim: SimulationConfig,
+    opts: DemoOptions,
+    console: Console,
+    events: list[Event],
 ) -> Counter[str]:
-    events: list[Event] = list(simulate(sim))
     counts: Counter[str] = Counter(e.kind for e in events)
+    config = settings.publisher(bootstrap).model_copy(update={"max_batch_event_span_s": 1.0})
     with (
-        Publisher(settings.publisher(bootstrap)) as pub,
+        Publisher(config) as pub,
         Progress(
             TextColumn("[bold]publishing[/] {task.description}"),
             BarColumn(),
@@ -162,12 +181,11 @@ def _summary(
     client: Client, database: str, job_id: str, produced: Counter[str], bad: int, console: Console
 ) -> str:
     db = database
+    from sinks.rows import EVENT_TABLES
+
     tables = {
-        "span": "spans",
-        "gpu_sample": "gpu_samples",
-        "gpu_event": "gpu_events",
-        "heartbeat": "heartbeats",
-        "scheduler_event": "scheduler_events",
+        m.model_fields["kind"].annotation.__args__[0]: spec.table  # type: ignore[union-attr]
+        for m, spec in EVENT_TABLES.items()
     }
     md: list[str] = [f"# rankscope demo: job `{job_id}`", ""]
 
@@ -177,6 +195,8 @@ def _summary(
     md += ["| kind | produced | stored | table |", "|---|---:|---:|---|"]
     total_stored = 0
     for kind, table in tables.items():
+        if not produced.get(kind):
+            continue
         stored = client.query(
             f"SELECT count() FROM {db}.{table} FINAL WHERE job_id = %(j)s", parameters={"j": job_id}
         ).result_rows[0][0]
@@ -241,6 +261,45 @@ def _summary(
         console.print(f"  {h}", soft_wrap=True)
     md += ["", "## Look further with SQL", "", *[f"    {h}" for h in hints], ""]
     return "\n".join(md)
+
+
+def _findings(
+    client: Client, database: str, job_id: str, labels: list[FaultLabel], console: Console
+) -> str:
+    """What the detectors found, the incident timeline, and the injected truth to compare."""
+    from rankscope.report import print_incidents
+
+    md = ["", "## Findings", ""]
+    dets = client.query(
+        f"SELECT detection_type, straggler_class, node, rank, summary FROM {database}.detections "
+        "FINAL WHERE job_id = %(j)s ORDER BY detected_ts_ns",
+        parameters={"j": job_id},
+    ).result_rows
+    t = Table(title="detections")
+    for c in ("type", "class", "node", "rank", "summary"):
+        t.add_column(c)
+    for kind, cls, node, rank, summary in dets:
+        t.add_row(kind, cls, node, "" if rank < 0 else str(rank), summary)
+        md.append(f"- **{kind}** {cls} {node} rank {rank}: {summary}")
+    console.print(t)
+    console.rule("incident report")
+    n = print_incidents(client, database, console, job_id=job_id)
+    for row in client.query(
+        f"SELECT cause_class, node, rank, confidence, summary FROM {database}.incidents FINAL "
+        "WHERE job_id = %(j)s",
+        parameters={"j": job_id},
+    ).result_rows:
+        md.append(f"- **incident** {row[0]} on {row[1]} rank {row[2]} ({row[3]:.2f}): {row[4]}")
+    for label in labels:
+        truth = (
+            f"injected: {label.scenario} -> expected {label.outcome} "
+            f"{label.cause_class or ''} on {label.node or '-'}"
+            + (f" rank {label.rank}" if label.rank is not None else "")
+            + (f" GPU {label.gpu}" if label.gpu is not None else "")
+        )
+        console.print(f"[bold]{truth}[/]   ({n} incident(s), {len(dets)} detection(s))")
+        md.append(f"\n{truth}")
+    return "\n".join(md) + "\n"
 
 
 __all__ = ["BAD_RECORDS", "DemoOptions", "Path", "run_demo"]

@@ -38,9 +38,9 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     r = _cli(
         "demo",
         "--ranks",
-        "8",
+        "16",
         "--duration",
-        "20",
+        "40",
         "--home",
         str(tmp_path / "home"),
         "--bootstrap",
@@ -58,6 +58,11 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     for code in ("not_json", "unknown_schema", "invalid_event"):
         assert code in out
     assert "Look further with SQL" in out
+    # the injected fault (default: a GPU falls off the bus) ends in one incident naming it
+    assert "incident report" in out
+    assert "primary cause: gpu_xid" in out and "XID 79" in out
+    truth = next(ln for ln in out.splitlines() if ln.startswith("injected: gpu_fell_off_bus"))
+    assert "(1 incident(s)" in out, truth
     reports = list((tmp_path / "home" / "reports").glob("*.md"))
     assert len(reports) == 1 and "## Windows per rank" in reports[0].read_text()
 
@@ -72,18 +77,20 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     )
     assert q.returncode == 0, q.stderr
     rows = json.loads(q.stdout)
-    assert [row["rank"] for row in rows] == list(range(8))
-    steps = {row["steps"] for row in rows}
-    assert len(steps) == 1 and steps.pop() >= 15  # every rank ran the same synchronous steps
+    assert [row["rank"] for row in rows] == list(range(16))
+    # synchronous training: every rank completes the same steps, except the one whose GPU died
+    steps = sorted(row["steps"] for row in rows)
+    assert steps[1] == steps[-1] >= 5 and steps[0] < steps[-1]
+    tables = ["spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events"]
+    tables += ["fabric_counters", "fabric_events", "comm_events", "node_inventory"]
     total = _cli(
         "query",
         "--clickhouse-url",
         services.clickhouse_url,
         "--format",
         "csv",
-        f"SELECT (SELECT count() FROM {tag}.spans FINAL) + (SELECT count() FROM "
-        f"{tag}.gpu_samples FINAL) + (SELECT count() FROM {tag}.heartbeats FINAL) + "
-        f"(SELECT count() FROM {tag}.scheduler_events FINAL)",
+        "SELECT " + " + ".join(f"(SELECT count() FROM {tag}.{t} FINAL)" for t in tables),
     )
     produced = next(ln for ln in out.splitlines() if "total" in ln)
-    assert total.stdout.splitlines()[-1] in produced.replace(",", "")
+    cells = [c.strip() for c in produced.replace(",", "").split("│") if c.strip()]
+    assert cells[1] == cells[2] == total.stdout.splitlines()[-1]  # produced == stored == SQL
