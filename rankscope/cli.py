@@ -292,6 +292,13 @@ def eval_command(
         list[int] | None, typer.Option("--ranks", help="Job sizes (repeatable; default 64, 512).")
     ] = None,
     seeds: Annotated[int, typer.Option(help="Seeds per scenario.")] = 3,
+    speed: Annotated[
+        float,
+        typer.Option(
+            help="Play each run at this multiple of real time, as live collectors deliver it; "
+            "0 = as fast as possible (a bulk replay)."
+        ),
+    ] = 20.0,
     duration: Annotated[float, typer.Option(help="Seconds of event time per run.")] = 60.0,
     out: Annotated[Path, typer.Option(help="JSON results file.")] = Path(
         ".rankscope/eval/results.json"
@@ -314,6 +321,7 @@ def eval_command(
         duration,
         out,
         console,
+        speed=speed,
     )
     totals = report.totals()
     raise typer.Exit(0 if totals["faulted_runs"] else 1)

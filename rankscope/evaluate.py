@@ -29,6 +29,7 @@ from clickhouse_connect.driver.client import Client
 
 from collectors.faults import FaultLabel, SuiteCase, scenario_suite, simulate_with_faults
 from collectors.publisher import Publisher, PublisherConfig
+from collectors.simulator import pace
 
 S = 1_000_000_000
 _STRAGGLER_CLASS = {
@@ -93,8 +94,10 @@ def rebase(cases: Iterable[SuiteCase], now_ns: int) -> list[SuiteCase]:
 
 
 def publish_suite(
-    bootstrap: str, topic_prefix: str, cases: list[SuiteCase]
+    bootstrap: str, topic_prefix: str, cases: list[SuiteCase], speed: float = 0.0
 ) -> dict[str, tuple[SuiteCase, list[FaultLabel], int]]:
+    """Publish every run; ``speed`` > 0 plays each run at that multiple of real time, as live
+    collectors would deliver it (compressed), instead of as fast as possible."""
     runs: dict[str, tuple[SuiteCase, list[FaultLabel], int]] = {}
     config = PublisherConfig(
         bootstrap=bootstrap, topic_prefix=topic_prefix, max_batch_event_span_s=1.0
@@ -105,12 +108,14 @@ def publish_suite(
             events, labels = simulate_with_faults(case.config, case.faults)
             n = 0
             chunk = []
-            for ev in events:
+            flushed = time.monotonic()
+            for ev in pace(events, speed):
                 chunk.append(ev)
-                if len(chunk) >= 5000:
+                if len(chunk) >= 5000 or (speed and time.monotonic() - flushed >= 0.05):
                     pub.publish(chunk)
                     n += len(chunk)
                     chunk = []
+                    flushed = time.monotonic()
             pub.publish(chunk)
             n += len(chunk)
             runs[case.config.job_id] = (case, list(labels), n)
@@ -255,6 +260,7 @@ def run_eval(
     out: Path,
     console: Any,
     drain_timeout_s: float = 1800.0,
+    speed: float = 0.0,
 ) -> EvalReport:
     """Simulate, publish, process, store, score (``settings``: ``rankscope.settings.Settings``)."""
     from rich.table import Table
@@ -282,7 +288,7 @@ def run_eval(
             Pipeline(cfg) as pipeline,
             console.status(f"simulating and publishing {len(cases)} runs") as st,
         ):
-            runs = publish_suite(bootstrap, settings.topic_prefix, cases)
+            runs = publish_suite(bootstrap, settings.topic_prefix, cases, speed)
             total = sum(n for _, _, n in runs.values())
             st.update(f"processing {total:,} events")
 
