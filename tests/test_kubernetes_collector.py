@@ -12,10 +12,8 @@ import base64
 import json
 import queue
 import select
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 import urllib.parse
@@ -553,20 +551,47 @@ def test_stop_while_a_request_is_unanswered(server: ApiServer, token: Path) -> N
 
 
 def _make_tls(tmp: Path) -> tuple[Path, ssl.SSLContext]:
-    """A CA and a server certificate for 127.0.0.1, made with the openssl CLI."""
-    if shutil.which("openssl") is None:
-        pytest.skip("the openssl command is needed to make a test certificate")
+    """A CA and a server certificate for 127.0.0.1 (made in Python: no openssl binary needed)."""
+    import datetime
+    import ipaddress
 
-    def run(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=tmp, check=True, capture_output=True)
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
 
-    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
-        "-keyout", "ca.key", "-out", "ca.crt")  # fmt: skip
-    run("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
-        "-keyout", "srv.key", "-out", "srv.csr")  # fmt: skip
-    (tmp / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
-    run("x509", "-req", "-in", "srv.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-days", "2", "-extfile", "ext.cnf", "-out", "srv.crt")  # fmt: skip
+    now = datetime.datetime.now(datetime.UTC)
+
+    def cert(
+        subject: str, key: rsa.RSAPrivateKey, issuer: str, signer: rsa.RSAPrivateKey, ca: bool
+    ) -> x509.Certificate:
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+            .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            builder = builder.add_extension(san, critical=False)
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    srv_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    ca_crt = cert("test-ca", ca_key, "test-ca", ca_key, ca=True)
+    srv_crt = cert("127.0.0.1", srv_key, "test-ca", ca_key, ca=False)
+    pem = serialization.Encoding.PEM
+    (tmp / "ca.crt").write_bytes(ca_crt.public_bytes(pem))
+    (tmp / "srv.crt").write_bytes(srv_crt.public_bytes(pem))
+    (tmp / "srv.key").write_bytes(
+        srv_key.private_bytes(
+            pem, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+        )
+    )
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(tmp / "srv.crt", tmp / "srv.key")
     return tmp / "ca.crt", ctx

@@ -809,10 +809,8 @@ def test_xid_table_covers_the_common_xids() -> None:
 # ==================================================================================== simulator
 
 
-try:  # the labelled fault simulator (collectors/faults.py) is developed alongside
-    from collectors import faults
-except ImportError:  # pragma: no cover - the hand-built cases above still run
-    faults = None  # type: ignore[assignment]
+from collectors import faults  # noqa: E402 - the labelled fault simulator
+
 _FAILURE_COMM = {"watchdog_timeout", "nccl_error", "remote_process_exited", "process_group_abort"}
 
 
@@ -940,13 +938,11 @@ SUITE_RANKS, SUITE_SEEDS = 64, (0, 1, 2)
 
 
 def _suite_names() -> list[str]:
-    return [c.name for c in faults.scenario_suite(SUITE_RANKS, SUITE_SEEDS)] if faults else []
+    return [c.name for c in faults.scenario_suite(SUITE_RANKS, SUITE_SEEDS)]
 
 
 @pytest.fixture(scope="module")
 def suite() -> dict[str, SuiteResult]:
-    if faults is None:
-        pytest.skip("collectors.faults is not importable")
     return {c.name: _run_case(c) for c in faults.scenario_suite(SUITE_RANKS, SUITE_SEEDS)}
 
 
