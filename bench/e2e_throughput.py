@@ -28,6 +28,7 @@ from collectors.publisher import Publisher, PublisherConfig
 from collectors.simulator import SimulationConfig, simulate
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.services._common import pid_cmdline, pids_with
 from schemas.events import Event
 from sinks.clickhouse import connect, migrate
 
@@ -89,16 +90,7 @@ def ceiling(cfg: PipelineConfig, expected_events: int) -> float:
 
 def find_pid(*needles: str) -> int | None:
     """The newest process whose command line holds every needle (the local services)."""
-    found = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if all(n in cmd for n in needles) and "e2e_throughput" not in cmd:
-            found.append(int(d.name))
+    found = [p for p in pids_with(*needles) if "e2e_throughput" not in pid_cmdline(p)]
     return max(found) if found else None
 
 

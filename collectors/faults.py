@@ -38,7 +38,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
@@ -103,21 +103,7 @@ ScenarioName = Literal[
     "noise",
 ]
 #: The fault catalogue (docs: /work/shared/design.md), in its order.
-SCENARIOS: tuple[ScenarioName, ...] = (
-    "gpu_fell_off_bus",
-    "ecc_dbe",
-    "nvlink_error",
-    "ib_link_flap",
-    "thermal_straggler",
-    "input_straggler",
-    "hang",
-    "node_unresponsive",
-    "preemption",
-    "host_oom",
-    "config_drift",
-    "clock_skew",
-    "noise",
-)
+SCENARIOS: tuple[ScenarioName, ...] = get_args(ScenarioName)
 #: Scenarios that end (or hang) the job; a run has at most one.
 TERMINAL_SCENARIOS: frozenset[ScenarioName] = frozenset(
     {
@@ -132,7 +118,7 @@ TERMINAL_SCENARIOS: frozenset[ScenarioName] = frozenset(
     }
 )
 Outcome = Literal["root_cause", "straggler", "hang", "unresponsive_node", "none"]
-OUTCOMES: tuple[Outcome, ...] = ("root_cause", "straggler", "hang", "unresponsive_node", "none")
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 CauseClass = Literal[
     "gpu_xid",
     "gpu_ecc",
@@ -148,21 +134,7 @@ CauseClass = Literal[
     "hang",
     "node_unresponsive",
 ]
-CAUSE_CLASSES: tuple[CauseClass, ...] = (
-    "gpu_xid",
-    "gpu_ecc",
-    "nvlink",
-    "ib_link",
-    "scheduler_preemption",
-    "host_oom",
-    "application",
-    "thermal",
-    "input_pipeline",
-    "config_drift",
-    "communication",
-    "hang",
-    "node_unresponsive",
-)
+CAUSE_CLASSES: tuple[CauseClass, ...] = get_args(CauseClass)
 
 _NS = 1_000_000_000
 _MS = 1_000_000

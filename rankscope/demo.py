@@ -27,7 +27,6 @@ from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.settings import Settings
 from schemas.events import Event
-from schemas.topics import Topics
 from sinks.clickhouse import connect, migrate
 
 
@@ -84,7 +83,7 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
     t0 = time.monotonic()
     with _services(settings, opts.keep_services, console) as (bootstrap, ch_url):
         console.print(f"[bold]kafka[/] {bootstrap}   [bold]clickhouse[/] {ch_url}")
-        create_pipeline_topics(bootstrap, settings_topics(settings), settings.partitions)
+        create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
         client = connect(ch_url)
         migrate(client, settings.database)
         cfg = PipelineConfig(
@@ -108,10 +107,6 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
             f"\nreport written to [bold]{path}[/]   ({time.monotonic() - t0:.1f}s in all)"
         )
     return 0
-
-
-def settings_topics(settings: Settings) -> Topics:
-    return Topics(settings.topic_prefix)
 
 
 def _events(sim: SimulationConfig, opts: DemoOptions) -> tuple[list[Event], list[FaultLabel]]:
@@ -160,7 +155,7 @@ def _publish(
 
 def _inject_bad(settings: Settings, bootstrap: str, job_id: str) -> int:
     """Send malformed records with a bare producer, as a broken collector would."""
-    topic = settings_topics(settings).raw("gpu_sample")
+    topic = settings.topics.raw("gpu_sample")
     p = Producer({"bootstrap.servers": bootstrap})
     for _, value in BAD_RECORDS:
         p.produce(topic, key=job_id.encode(), value=value)

@@ -128,6 +128,10 @@ def _rows(client: Client, sql: str, job_id: str) -> list[dict[str, Any]]:
     return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
 
 
+#: outcome -> (detection type = incident cause class, the label field that must match)
+_LIVENESS = {"hang": ("hang", "rank"), "unresponsive_node": ("node_unresponsive", "node")}
+
+
 def score_findings(
     label: FaultLabel, dets: list[dict[str, Any]], incs: list[dict[str, Any]]
 ) -> tuple[bool, int, float | None, str]:
@@ -173,26 +177,25 @@ def score_findings(
                 correct = True
                 detect_s = (d["detected_ts_ns"] - onset) / S
                 break
-    elif label.outcome == "hang":
-        for d in dets:
-            if d["detection_type"] == "hang" and d["rank"] == label.rank:
-                correct = True
-                detect_s = (d["detected_ts_ns"] - onset) / S
-                break
-        for i in incs:
-            if not correct and i["cause_class"] == "hang" and i["rank"] == label.rank:
-                correct = True
-                detect_s = (i["attributed_ts_ns"] - onset) / S
-    elif label.outcome == "unresponsive_node":
-        for d in dets:
-            if d["detection_type"] == "node_unresponsive" and d["node"] == label.node:
-                correct = True
-                detect_s = (d["detected_ts_ns"] - onset) / S
-                break
-        for i in incs:
-            if not correct and i["cause_class"] == "node_unresponsive" and i["node"] == label.node:
-                correct = True
-                detect_s = (i["attributed_ts_ns"] - onset) / S
+    elif label.outcome in _LIVENESS:
+        kind, key = _LIVENESS[label.outcome]
+        want = getattr(label, key)
+        found_at = next(
+            (d["detected_ts_ns"] for d in dets if d["detection_type"] == kind and d[key] == want),
+            None,
+        )
+        if found_at is None:  # the incident of the cascade may name it instead
+            found_at = next(
+                (
+                    i["attributed_ts_ns"]
+                    for i in incs
+                    if i["cause_class"] == kind and i[key] == want
+                ),
+                None,
+            )
+        if found_at is not None:
+            correct = True
+            detect_s = (found_at - onset) / S
     if label.outcome == "none":
         fps = len(dets) + len(incs)
         correct = fps == 0
@@ -265,7 +268,7 @@ def run_eval(
     """Simulate, publish, process, store, score (``settings``: ``rankscope.settings.Settings``)."""
     from rich.table import Table
 
-    from rankscope.demo import _services, settings_topics
+    from rankscope.demo import _services
     from rankscope.kafka_admin import create_pipeline_topics
     from rankscope.pipeline import Pipeline, PipelineConfig
     from sinks.clickhouse import connect, migrate
@@ -274,7 +277,7 @@ def run_eval(
     cases = suite(ranks, seeds, duration_s)
     report = EvalReport()
     with _services(settings, False, console) as (bootstrap, ch_url):
-        create_pipeline_topics(bootstrap, settings_topics(settings), settings.partitions)
+        create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
         client = connect(ch_url)
         migrate(client, settings.database)
         cfg = PipelineConfig(

@@ -6,12 +6,11 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic  # admin re-exports it without __all__
 
+from rankscope.services.kafka import ensure_topics
 from schemas.topics import Topics
 
-RAW_TOPIC_CONFIG = {
+TOPIC_CONFIG = {
     # Let oversized records reach the validate stage, which dead-letters them with a reason
     # instead of the producer getting an opaque broker error.
     "max.message.bytes": str(8 * 1024 * 1024),
@@ -22,32 +21,7 @@ def create_pipeline_topics(
     bootstrap: str, topics: Topics, partitions: int = 4, timeout_s: float = 30.0
 ) -> None:
     """Create every topic of the pipeline (idempotent) and wait until metadata shows them."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    wanted = {
-        name: NewTopic(
-            name,
-            num_partitions=partitions,
-            replication_factor=-1,
-            config=RAW_TOPIC_CONFIG if name in topics.all_raw else {"max.message.bytes": "8388608"},
-        )
-        for name in topics.all
-    }
-    existing = set(admin.list_topics(timeout=timeout_s).topics)
-    missing = [t for n, t in wanted.items() if n not in existing]
-    if missing:
-        for name, fut in admin.create_topics(missing, request_timeout=timeout_s).items():
-            try:
-                fut.result()
-            except KafkaException as exc:
-                if exc.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS
-                    raise RuntimeError(f"could not create topic {name}: {exc}") from exc
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        md = admin.list_topics(timeout=timeout_s)
-        if all(n in md.topics and md.topics[n].error is None for n in wanted):
-            return
-        time.sleep(0.1)
-    raise RuntimeError(f"topics did not appear within {timeout_s}s: {sorted(wanted)}")
+    ensure_topics(bootstrap, topics.all, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s)
 
 
 #: coordinator moving or loading (normal right after a broker or group starts)

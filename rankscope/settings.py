@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from collectors.publisher import PublisherConfig
+from schemas.topics import Topics
 from sinks.kafka_sink import SinkConfig
 from streams.config import StreamsConfig
 
@@ -24,6 +25,10 @@ class Settings(BaseSettings):
     database: str = "rankscope"
     topic_prefix: str = "rankscope"
     partitions: int = 4
+
+    @property
+    def topics(self) -> Topics:
+        return Topics(self.topic_prefix)
 
     def publisher(self, bootstrap: str) -> PublisherConfig:
         return PublisherConfig(bootstrap=bootstrap, topic_prefix=self.topic_prefix)

@@ -79,53 +79,29 @@ GPU_SAMPLE_FIELDS = [
 ]
 
 
-def _gpu_sample(ev: GpuSampleEvent) -> Row:
-    p = ev.payload
-    return _envelope(ev) + [getattr(p, f) for f in GPU_SAMPLE_FIELDS]
+SPAN_FIELDS = [
+    "name",
+    "phase",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "start_ns",
+    "end_ns",
+    "step",
+    "status",
+    "error_type",
+    "error_message",
+    "attributes",
+]
+GPU_EVENT_FIELDS = ["gpu_uuid", "event_type", "xid", "count", "message"]
+HEARTBEAT_FIELDS = ["agent", "agent_version", "seq", "interval_s"]
+SCHEDULER_FIELDS = ["source", "event_type", "state", "reason", "exit_code"]
 
-
-def _gpu_event(ev: GpuEventEvent) -> Row:
-    p = ev.payload
-    return [*_envelope(ev), p.gpu_uuid, p.event_type, p.xid, p.count, p.message]
-
-
-def _heartbeat(ev: HeartbeatEvent) -> Row:
-    p = ev.payload
-    return [*_envelope(ev), p.agent, p.agent_version, p.seq, p.interval_s]
-
-
-def _scheduler(ev: SchedulerEventEvent) -> Row:
-    p = ev.payload
-    return [*_envelope(ev), p.source, p.event_type, p.state, p.reason, p.exit_code]
-
-
-def _span(ev: SpanEvent) -> Row:
-    p = ev.payload
-    return [
-        *_envelope(ev),
-        p.name,
-        p.phase,
-        p.trace_id,
-        p.span_id,
-        p.parent_span_id,
-        p.start_ns,
-        p.end_ns,
-        -1 if p.step is None else p.step,
-        p.status,
-        p.error_type,
-        p.error_message,
-        {k: str(v) for k, v in p.attributes.items()},
-    ]
-
-
-def _payload_row(fields: list[str]) -> Callable[[Any], Row]:
-    """Envelope columns followed by the named payload fields, in order."""
-
-    def to_row(ev: Any) -> Row:
-        p = ev.payload
-        return _envelope(ev) + [getattr(p, f) for f in fields]
-
-    return to_row
+#: payload values that need a column-friendly form (no NULL in sort keys, string maps)
+_NORMALISE: dict[str, Callable[[Any], Any]] = {
+    "step": lambda v: -1 if v is None else v,
+    "attributes": lambda a: {k: str(v) for k, v in (a or {}).items()},
+}
 
 
 FABRIC_COUNTER_FIELDS = [
@@ -186,65 +162,44 @@ AGENT_EVENT_FIELDS = ["event_type", "agent", "collector", "count", "message"]
 
 
 class TableSpec:
-    def __init__(self, table: str, columns: list[str], to_row: Callable[[Any], Row]) -> None:
+    def __init__(
+        self,
+        table: str,
+        columns: list[str],
+        to_row: Callable[[Any], Row],
+        payload_fields: list[str] | None = None,
+    ) -> None:
         self.table = table
         self.columns = columns
         self.to_row = to_row
+        self.payload_fields = payload_fields or []
+
+
+def _event_spec(table: str, fields: list[str]) -> TableSpec:
+    """Envelope columns followed by the named payload fields, in order."""
+    special = [(i, _NORMALISE[f]) for i, f in enumerate(fields) if f in _NORMALISE]
+
+    def to_row(ev: Any) -> Row:
+        p = ev.payload
+        values = [getattr(p, f) for f in fields]
+        for i, fix in special:
+            values[i] = fix(values[i])
+        return _envelope(ev) + values
+
+    return TableSpec(table, ENVELOPE_COLUMNS + fields, to_row, fields)
 
 
 EVENT_TABLES: dict[type[Envelope], TableSpec] = {
-    SpanEvent: TableSpec(
-        "spans",
-        [
-            *ENVELOPE_COLUMNS,
-            "name",
-            "phase",
-            "trace_id",
-            "span_id",
-            "parent_span_id",
-            "start_ns",
-            "end_ns",
-            "step",
-            "status",
-            "error_type",
-            "error_message",
-            "attributes",
-        ],
-        _span,
-    ),
-    GpuSampleEvent: TableSpec("gpu_samples", ENVELOPE_COLUMNS + GPU_SAMPLE_FIELDS, _gpu_sample),
-    GpuEventEvent: TableSpec(
-        "gpu_events",
-        [*ENVELOPE_COLUMNS, "gpu_uuid", "event_type", "xid", "count", "message"],
-        _gpu_event,
-    ),
-    HeartbeatEvent: TableSpec(
-        "heartbeats",
-        [*ENVELOPE_COLUMNS, "agent", "agent_version", "seq", "interval_s"],
-        _heartbeat,
-    ),
-    SchedulerEventEvent: TableSpec(
-        "scheduler_events",
-        [*ENVELOPE_COLUMNS, "source", "event_type", "state", "reason", "exit_code"],
-        _scheduler,
-    ),
-    FabricCountersEvent: TableSpec(
-        "fabric_counters",
-        ENVELOPE_COLUMNS + FABRIC_COUNTER_FIELDS,
-        _payload_row(FABRIC_COUNTER_FIELDS),
-    ),
-    FabricEventEvent: TableSpec(
-        "fabric_events", ENVELOPE_COLUMNS + FABRIC_EVENT_FIELDS, _payload_row(FABRIC_EVENT_FIELDS)
-    ),
-    CommEventEvent: TableSpec(
-        "comm_events", ENVELOPE_COLUMNS + COMM_EVENT_FIELDS, _payload_row(COMM_EVENT_FIELDS)
-    ),
-    NodeInventoryEvent: TableSpec(
-        "node_inventory", ENVELOPE_COLUMNS + INVENTORY_FIELDS, _payload_row(INVENTORY_FIELDS)
-    ),
-    AgentEventEvent: TableSpec(
-        "agent_events", ENVELOPE_COLUMNS + AGENT_EVENT_FIELDS, _payload_row(AGENT_EVENT_FIELDS)
-    ),
+    SpanEvent: _event_spec("spans", SPAN_FIELDS),
+    GpuSampleEvent: _event_spec("gpu_samples", GPU_SAMPLE_FIELDS),
+    GpuEventEvent: _event_spec("gpu_events", GPU_EVENT_FIELDS),
+    HeartbeatEvent: _event_spec("heartbeats", HEARTBEAT_FIELDS),
+    SchedulerEventEvent: _event_spec("scheduler_events", SCHEDULER_FIELDS),
+    FabricCountersEvent: _event_spec("fabric_counters", FABRIC_COUNTER_FIELDS),
+    FabricEventEvent: _event_spec("fabric_events", FABRIC_EVENT_FIELDS),
+    CommEventEvent: _event_spec("comm_events", COMM_EVENT_FIELDS),
+    NodeInventoryEvent: _event_spec("node_inventory", INVENTORY_FIELDS),
+    AgentEventEvent: _event_spec("agent_events", AGENT_EVENT_FIELDS),
 }
 
 WINDOW_TABLE = TableSpec(
@@ -482,43 +437,16 @@ __all__ = [
 # already validated), so it can skip a second pydantic pass. ``fast_row`` must produce exactly
 # what ``TableSpec.to_row`` produces from the model (a test checks every kind).
 
-_SPAN_FIELDS = [
-    "name",
-    "phase",
-    "trace_id",
-    "span_id",
-    "parent_span_id",
-    "start_ns",
-    "end_ns",
-    "step",
-    "status",
-    "error_type",
-    "error_message",
-    "attributes",
-]
-_PAYLOAD_FIELDS: dict[str, list[str]] = {
-    "span": _SPAN_FIELDS,
-    "gpu_sample": GPU_SAMPLE_FIELDS,
-    "gpu_event": ["gpu_uuid", "event_type", "xid", "count", "message"],
-    "heartbeat": ["agent", "agent_version", "seq", "interval_s"],
-    "scheduler_event": ["source", "event_type", "state", "reason", "exit_code"],
-    "fabric_counters": FABRIC_COUNTER_FIELDS,
-    "fabric_event": FABRIC_EVENT_FIELDS,
-    "comm_event": COMM_EVENT_FIELDS,
-    "node_inventory": INVENTORY_FIELDS,
-    "agent_event": AGENT_EVENT_FIELDS,
+#: schema id -> table spec
+FAST_TABLES: dict[str, TableSpec] = {
+    _model.model_fields["schema_id"].annotation.__args__[0]: _spec  # type: ignore[union-attr]
+    for _model, _spec in EVENT_TABLES.items()
 }
-#: schema id -> (table spec, payload field names)
-FAST_TABLES: dict[str, tuple[TableSpec, list[str]]] = {}
-for _model, _spec in EVENT_TABLES.items():
-    _schema = _model.model_fields["schema_id"].annotation.__args__[0]  # type: ignore[union-attr]
-    _kind = _model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
-    FAST_TABLES[_schema] = (_spec, _PAYLOAD_FIELDS[_kind])
 
 
 def fast_row(doc: dict[str, Any]) -> tuple[TableSpec, Row]:
     """(table, row) for one event dict as serialised by the validate stage."""
-    spec, fields = FAST_TABLES[doc["schema"]]
+    spec = FAST_TABLES[doc["schema"]]
     rank, local, gpu = doc.get("rank"), doc.get("local_rank"), doc.get("gpu")
     row: Row = [
         doc["event_id"],
@@ -534,22 +462,7 @@ def fast_row(doc: dict[str, Any]) -> tuple[TableSpec, Row]:
         doc.get("clock_offset_ns"),
     ]
     p = doc["payload"]
-    if fields is _SPAN_FIELDS:
-        step = p.get("step")
-        row += [
-            p["name"],
-            p["phase"],
-            p["trace_id"],
-            p["span_id"],
-            p.get("parent_span_id", ""),
-            p["start_ns"],
-            p["end_ns"],
-            -1 if step is None else step,
-            p.get("status", "unset"),
-            p.get("error_type", ""),
-            p.get("error_message", ""),
-            {k: str(v) for k, v in p.get("attributes", {}).items()},
-        ]
-    else:
-        row += [p[f] for f in fields]
+    for f in spec.payload_fields:
+        fix = _NORMALISE.get(f)
+        row.append(p[f] if fix is None else fix(p.get(f)))
     return spec, row

@@ -182,20 +182,24 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                 elif ev.rank is not None:
                     t = corrected_ts(ev)
                     last_end = max(last_end, t - t % size_ns + size_ns)
-            await emit(agg.close_ready(now))
-            for jid in touched:
-                await publish_findings(analyzers[jid])
             if last_end < 0:
                 event.ack()
             else:
                 pending.append((job_id, last_end, event))
-            ack_settled()
+            closed = agg.close_ready(now)
+            await emit(closed)
+            if closed:  # a held record can only settle when one of its windows is emitted
+                ack_settled()
+            for jid in touched:
+                await publish_findings(analyzers[jid])
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
         now = time.time()
-        await emit(agg.close_ready(now))
-        ack_settled()
+        closed = agg.close_ready(now)
+        await emit(closed)
+        if closed:
+            ack_settled()
         # A job whose events stopped (it died, or the stream ended) has no more event time to
         # push its analysis forward: attribute what is still settling, once.
         for jid, seen in list(analyzer_seen.items()):
