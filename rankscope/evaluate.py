@@ -291,6 +291,9 @@ def run_eval(
             Pipeline(cfg) as pipeline,
             console.status(f"simulating and publishing {len(cases)} runs") as st,
         ):
+            st.update("waiting for the stream worker to join its group")
+            pipeline.wait_ready()
+            st.update(f"simulating and publishing {len(cases)} runs")
             runs = publish_suite(bootstrap, settings.topic_prefix, cases, speed)
             total = sum(n for _, _, n in runs.values())
             st.update(f"processing {total:,} events")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from rankscope.services.kafka import ensure_topics
 from schemas.topics import Topics
@@ -92,3 +93,14 @@ def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float 
         return total
     finally:
         probe.close()
+
+
+def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
+    """True once ``group_id`` has members and has finished rebalancing (partitions assigned)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
+    try:
+        desc = future.result(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return bool(desc.state == ConsumerGroupState.STABLE and desc.members)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rankscope.kafka_admin import group_lag
+from rankscope.kafka_admin import group_lag, group_stable
 from schemas.topics import Topics
 
 
@@ -151,6 +151,21 @@ class Pipeline:
             [t.events, t.windows, t.late, t.detections, t.incidents, t.deadletter],
         )
         return worker, sink
+
+    def wait_ready(self, timeout_s: float = 90.0) -> None:
+        """Until the stream worker has joined its group and holds its partitions.
+
+        Publishing before that leaves a backlog the worker reads at equal bytes per partition,
+        so the busiest topic falls behind in event time (see docs/open-items.md); a run that
+        measures detection latency starts from a caught-up worker, as a live deployment does.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not group_stable(self.config.bootstrap, self.config.streams_group):
+            if not self.worker.alive:
+                raise RuntimeError(f"the worker process exited; log:\n{self.worker.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the worker did not join its group in {timeout_s}s")
+            time.sleep(0.5)
 
     def wait_drained(
         self,

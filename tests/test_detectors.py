@@ -182,3 +182,29 @@ def test_silence_after_the_job_failed_is_a_consequence_not_a_finding() -> None:
             events.append(ev)
     found = _feed(LivenessDetector("c1", "job-1"), events)
     assert [d for d in found if d.detection_type == "node_unresponsive"] == []
+
+
+def _silence_run(silent_nodes: set[int], nodes: int = 8) -> list[Detection]:
+    """Heartbeats and steps from ``nodes`` nodes; ``silent_nodes`` stop at 10 s, one node keeps
+    the job's clock going to 30 s."""
+    events: list[Event] = []
+    for k in range(30):
+        for n in range(nodes):
+            if n in silent_nodes and k >= 10:
+                continue
+            events.append(heartbeat(f"node{n:03d}", T0 + k * S, seq=k))
+            events.append(span(n * 8, T0 + k * S, phase="step", step=k))
+    det = LivenessDetector("c1", "job-1")
+    found = _feed(det, events)
+    return [d for d in found if d.detection_type == "node_unresponsive"]
+
+
+def test_one_silent_node_among_many_is_named() -> None:
+    assert [d.node for d in _silence_run({3})] == ["node003"]
+
+
+def test_most_nodes_silent_at_once_is_not_a_per_node_finding() -> None:
+    # 6 of 8 nodes stop together: the job or the pipeline, not six broken nodes
+    assert _silence_run({0, 1, 2, 3, 4, 5}) == []
+    # at the boundary (half of the nodes), each is still named
+    assert sorted(d.node for d in _silence_run({0, 1, 2, 3})) == [f"node{n:03d}" for n in range(4)]

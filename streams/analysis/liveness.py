@@ -43,6 +43,12 @@ class LivenessConfig(BaseModel):
     collector_silence_factor: float = Field(
         default=2.5, gt=1, description="No heartbeat this many intervals while spans still flow."
     )
+    max_silent_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="More nodes than this share silent at once: a job-wide cause, not per node.",
+    )
 
 
 @dataclass
@@ -69,6 +75,8 @@ class LivenessDetector:
     #: first failure/end signal (error span, terminal scheduler event): silences and stalls that
     #: start after it are consequences, not causes
     ended_ts: int = -1
+    #: checks at which most nodes were silent together (reported as no per-node detection)
+    mass_silences: int = 0
 
     def observe(self, ev: Event, ts: int) -> None:
         node = self.nodes.get(ev.node)
@@ -124,8 +132,25 @@ class LivenessDetector:
             self.hang_flagged = True
             out.append(self._hang(now_ts, emitted_ns))
         if check_nodes:
-            for name, node in self.nodes.items():
-                out.extend(self._node(name, node, now_ts, emitted_ns))
+            out.extend(self._nodes(now_ts, emitted_ns))
+        return out
+
+    def _nodes(self, now_ts: int, emitted_ns: int) -> list[Detection]:
+        """Per-node silence, unless most of the job went quiet at once.
+
+        When more than ``max_silent_share`` of the nodes are silent together, the cause is not on
+        the nodes (the whole job died, or its telemetry is read late by a lagging worker): naming
+        each node would be dozens of false alarms, and the job-level hang or failure speaks for
+        it. The nodes are re-evaluated on the next advance.
+        """
+        states = {name: self._state(node, now_ts) for name, node in self.nodes.items()}
+        silent = sum(1 for st in states.values() if st)
+        if len(states) >= 4 and silent > self.config.max_silent_share * len(states):
+            self.mass_silences += 1
+            return []
+        out: list[Detection] = []
+        for name, node in self.nodes.items():
+            out.extend(self._node(name, node, states[name], now_ts, emitted_ns))
         return out
 
     def _hang(self, now_ts: int, emitted_ns: int) -> Detection:
@@ -177,9 +202,10 @@ class LivenessDetector:
             details={"waited_s": round(waited_s, 3), "timeout_s": round(timeout_s, 3)},
         )
 
-    def _node(self, name: str, node: _Node, now_ts: int, emitted_ns: int) -> list[Detection]:
+    def _state(self, node: _Node, now_ts: int) -> str:
+        """The state of one node at ``now_ts``: node_unresponsive, collector_silent or none."""
         if node.last_any < 0:
-            return []
+            return ""
         cfg = self.config
         limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
         hb_limit = int(max(cfg.min_silence_s, cfg.collector_silence_factor * node.interval_s) * S)
@@ -195,6 +221,13 @@ class LivenessDetector:
         since_any = node.last_any if silent_all else node.last_heartbeat
         if state and not self._before_end(since_any):
             state = ""  # it went quiet after the job failed or ended: a consequence
+        return state
+
+    def _node(
+        self, name: str, node: _Node, state: str, now_ts: int, emitted_ns: int
+    ) -> list[Detection]:
+        cfg = self.config
+        limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
         if state == node.flagged:
             return []
         node.flagged = state
