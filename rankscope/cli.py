@@ -334,13 +334,24 @@ def incidents(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = Path(".rankscope"),
     database: DatabaseOpt = "rankscope",
+    report_dir: Annotated[
+        Path | None,
+        typer.Option(help="Also write the job's report (HTML and Markdown) here; needs --job."),
+    ] = None,
 ) -> None:
     """Print incidents as readable timelines: what failed first, and why the others failed."""
+    from rankscope.incident_report import write_incident_report
     from rankscope.report import print_incidents
     from sinks.clickhouse import connect
 
     url = clickhouse_url or _local_clickhouse_url(home)
-    print_incidents(connect(url), database, console, job_id=job, limit=limit)
+    client = connect(url)
+    print_incidents(client, database, console, job_id=job, limit=limit)
+    if report_dir is not None:
+        if not job:
+            raise typer.BadParameter("--report-dir needs --job", param_hint="--report-dir")
+        path = write_incident_report(client, database, job, report_dir)
+        console.print(f"report written to [bold]{path}[/] (and .md)")
 
 
 @app.command("schemas-export")

@@ -23,6 +23,7 @@ from rich.table import Table
 from collectors.faults import FaultLabel, parse_faults, simulate_with_faults
 from collectors.publisher import Publisher
 from collectors.simulator import SimulationConfig, pace, simulate
+from rankscope.incident_report import write_incident_report
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.settings import Settings
@@ -103,8 +104,10 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
         path = settings.home / "reports" / f"{job_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report)
+        page = write_incident_report(client, settings.database, job_id, path.parent)
         console.print(
-            f"\nreport written to [bold]{path}[/]   ({time.monotonic() - t0:.1f}s in all)"
+            f"\nreport written to [bold]{path}[/]; incident report for a reviewer: "
+            f"[bold]{page}[/]   ({time.monotonic() - t0:.1f}s in all)"
         )
     return 0
 

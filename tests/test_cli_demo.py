@@ -63,8 +63,14 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     assert "primary cause: gpu_xid" in out and "XID 79" in out
     truth = next(ln for ln in out.splitlines() if ln.startswith("injected: gpu_fell_off_bus"))
     assert "(1 incident(s)" in out, truth
-    reports = list((tmp_path / "home" / "reports").glob("*.md"))
-    assert len(reports) == 1 and "## Windows per rank" in reports[0].read_text()
+    reports = sorted((tmp_path / "home" / "reports").glob("*.md"))
+    summary = [p for p in reports if not p.name.endswith(".incidents.md")]
+    assert len(summary) == 1 and "## Windows per rank" in summary[0].read_text()
+    # the reviewer's page, rebuilt from ClickHouse: the cause and the mechanism behind the cascade
+    pages = list((tmp_path / "home" / "reports").glob("*.incidents.html"))
+    assert len(pages) == 1
+    page = pages[0].read_text()
+    assert "gpu_xid on node" in page and "Why the other ranks failed" in page and "<svg" in page
 
     q = _cli(
         "query",
