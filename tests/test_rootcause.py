@@ -749,6 +749,40 @@ def test_precursor_arriving_after_attribution_does_not_change_the_cause() -> Non
     assert first.cause_class == final.cause_class == "application"
 
 
+def test_a_late_xid_replaces_an_inferred_stall_in_a_revision_of_the_same_incident() -> None:
+    """A worker that is behind reads the busy span topic late: the hang detector's anonymous
+    "no progress" note is attributed first; the XID read afterwards (earlier in corrected time)
+    must become the primary cause of that same incident, attributed when it was read."""
+    job = Job()
+    t = T0 + 5 * S
+    xid_at = t + 300 * MS
+    att = attributor(job)
+    feed(att, by_time(job.steps(T0, 5)), idle_s=0)
+    feed(att, by_time(job.samples(t, t + 6 * S, job.ranks)), idle_s=0)
+    att.note_hang(None, "", t, None)  # the collective is stuck; nobody named yet
+    early = feed(att, by_time(job.samples(t + 6 * S, t + 12 * S, job.ranks)), idle_s=0)
+    assert [i.cause_class for i in early] == ["hang"]
+    late = [job.xid(11, xid_at, 79), *job.timeouts(others(job, 11), t + 10 * S, seq=8)]
+    revised = feed(att, late + by_time(job.samples(t + 12 * S, t + 20 * S, job.ranks)))
+    assert revised, "no revision"
+    final = revised[-1]
+    assert (final.cause_class, final.rank, final.first_cause_ts) == ("gpu_xid", 11, xid_at)
+    assert final.incident_id == early[0].incident_id and final.revision >= 1
+    assert final.attributed_ts > early[0].attributed_ts
+    assert att.stats.reattributed == 1
+
+
+def test_a_fatal_primary_is_not_replaced_by_a_later_one() -> None:
+    job = Job()
+    events, xid_at = _xid79_job(job)
+    att = attributor(job)
+    incidents = feed(att, events, idle_s=0)
+    # an unrelated-looking ECC XID on another GPU, read later with an earlier corrected time
+    incidents += feed(att, [job.xid(20, xid_at - 100 * MS, 48)])
+    assert {i.cause_class for i in incidents} == {"gpu_xid"}
+    assert {i.rank for i in incidents} == {11} and att.stats.reattributed == 0
+
+
 def test_skewed_node_is_ordered_by_corrected_time() -> None:
     """node001's clock is 5 s ahead: its XID's raw ts is after the peers' timeouts (a 3 s
     watchdog here) but its corrected ts is before them."""

@@ -228,6 +228,11 @@ class RootCauseConfig(BaseModel):
     )
     trigger_on_fatal_precursors: bool = True
     emit_revisions: bool = True
+    reattribute: bool = Field(
+        default=True,
+        description="A revision may replace a weak primary (inferred stall or silence, "
+        "communication error) by an event read later that explains the cascade better.",
+    )
     max_revisions: int = Field(default=8, ge=0)
     max_history: int = Field(default=4096, ge=16, description="Candidate precursors kept.")
     max_evidence: int = Field(default=256, ge=8, le=256)
@@ -292,6 +297,8 @@ class _Cascade:
     #: earliest onset a detector's note gave (a note-only cascade that the job's progress
     #: contradicts is dropped)
     note_onset: int | None = None
+    #: fixed at first emission; revisions (even re-attributed ones) keep it
+    incident_id: str = ""
 
 
 class RootCauseStats(BaseModel):
@@ -305,6 +312,7 @@ class RootCauseStats(BaseModel):
     cascades_dropped: int = 0
     incidents: int = 0
     revisions: int = 0
+    reattributed: int = 0
 
 
 _QUIET_KINDS = (
@@ -322,6 +330,8 @@ _HCA_RE = re.compile(r"\b(mlx\d+_\d+):(\d+)\b")
 _PEER_RE = re.compile(r"from peer (\S+?) with")
 _SILENCE_EXPLAINERS = frozenset({"scheduler_preemption", "node_unresponsive"})
 _NODE_KILLERS = frozenset({"scheduler_preemption", "node_unresponsive"})
+#: primaries a later revision may replace (they say *that* the job failed, not *what* broke)
+_WEAK_CAUSES = frozenset({"hang", "communication", "unknown"})
 
 
 def _hms(ns: int) -> str:
@@ -967,6 +977,15 @@ class RootCauseAttributor:
         if primary is None:
             primary = scored[0][1] if scored else self._fallback(c)
             c.primary = primary
+        elif scored and self._upgrade(primary, scored):
+            # evidence read after the first emission explains the cascade better (a worker
+            # catching up reads the busy span topic behind the XID's): re-attribute in a
+            # revision of the same incident, and time the attribution from now
+            primary = c.primary = scored[0][1]
+            c.attributed_ts = max(c.attributed_ts, self._now)
+            self.stats.reattributed += 1
+        if not c.incident_id:
+            c.incident_id = f"{self.cluster}/{self.job_id}/{primary.ts}"
         pkey = _key(primary)
         s1 = next((s for s, r in scored if _key(r) == pkey), 0.0)
         s2 = max(
@@ -1014,7 +1033,7 @@ class RootCauseAttributor:
                 device,
             )
         return Incident(
-            incident_id=f"{self.cluster}/{self.job_id}/{primary.ts}",
+            incident_id=c.incident_id,
             cluster=self.cluster,
             job_id=self.job_id,
             cause_class=primary.cause or "unknown",
@@ -1033,6 +1052,21 @@ class RootCauseAttributor:
             evidence=evidence,
             clock_offsets_ns=offsets,
         )
+
+    def _upgrade(self, primary: _Rec, scored: list[tuple[float, _Rec]]) -> bool:
+        """A revision replaces a *weak* primary (a stall or silence the detectors inferred, a
+        communication error, unknown) by an event that outscores it; a primary that is itself a
+        fatal event stays, so the cause does not flap between revisions."""
+        if not self.config.reattribute:
+            return False
+        weak = primary.cause in _WEAK_CAUSES or primary.kind == "detection" or primary.derived
+        if not weak:
+            return False
+        s_top, top = scored[0]
+        if _key(top) == _key(primary) or top.derived or top.cause in _WEAK_CAUSES:
+            return False
+        s_primary = next((s for s, r in scored if _key(r) == _key(primary)), 0.0)
+        return s_top > s_primary
 
     def _eff(self, r: _Rec) -> float:
         return self._weights.get(r.cause, 0.0) * r.strength if r.cause else 0.0
