@@ -8,6 +8,7 @@ recomputes them; re-emitted windows carry the same id and collapse in ClickHouse
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections import deque
@@ -217,9 +218,24 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     return app, counters
 
 
+def tune_gc() -> None:
+    """Fewer, cheaper garbage collections for a worker that holds a large live set.
+
+    A job's analysis keeps a few seconds of parsed events buffered (hundreds of thousands of
+    objects at 4,096 ranks), and CPython's default thresholds then run full collections that
+    scan them all, over and over: at 4,096 ranks this was 40% of the per-event cost, growing
+    with the job. The events hold no reference cycles, so collecting rarely loses nothing;
+    objects alive at start-up (modules, the app) are frozen out of the scans entirely.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+
+
 def run_worker(config: StreamsConfig) -> None:
     """Run one worker in the foreground until SIGTERM/SIGINT (what ``rankscope worker`` does)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     app, _ = create_app(config)
+    tune_gc()
     worker = faust.Worker(app, loglevel=config.log_level, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()

@@ -53,8 +53,10 @@ class _JobState:
     first_seen_wall: float
     closed_until: int = -1  # every window with end <= closed_until has been emitted
     last_seen_wall: float = 0.0
+    lead: int = -1  # highest corrected time seen: the stream time can never pass it
     channels: dict[tuple[str, str], _Channel] = field(default_factory=dict)  # (kind, node)
-    open: dict[tuple[int, int], _Acc] = field(default_factory=dict)  # (window_start, rank)
+    #: window_start -> rank -> accumulator (by start, so closing never scans every open window)
+    open: dict[int, dict[int, _Acc]] = field(default_factory=dict)
 
     def stream_time(self, wall_s: float, channel_idle_s: float, discovery_s: float) -> int:
         """Min over active channels of their max event time (max over all if all are idle)."""
@@ -118,15 +120,19 @@ class WindowAggregator:
                 lateness_ns=max(0, watermark - (start + self.size_ns)),
                 received_ts=int(wall_s * 1e9),
             )
+        job.lead = max(job.lead, t)
         ch = job.channels.get((ev.kind, ev.node))
         if ch is None:
             job.channels[(ev.kind, ev.node)] = _Channel(t, wall_s)
         else:
             ch.max_ts = max(ch.max_ts, t)
             ch.last_seen_wall = wall_s
-        acc = job.open.get((start, ev.rank))
+        ranks = job.open.get(start)
+        if ranks is None:
+            ranks = job.open[start] = {}
+        acc = ranks.get(ev.rank)
         if acc is None:
-            acc = job.open[(start, ev.rank)] = _Acc(cluster=ev.cluster, node=ev.node)
+            acc = ranks[ev.rank] = _Acc(cluster=ev.cluster, node=ev.node)
         acc.event_count += 1
         if isinstance(ev, SpanEvent) and ev.payload.phase == "step":
             d = ev.payload.duration_s
@@ -145,6 +151,8 @@ class WindowAggregator:
         for job_id, job in self._jobs.items():
             if job.open and wall_s - job.last_seen_wall >= self.idle_close_s:
                 boundary = math.inf
+            elif not job.open or min(job.open) + self.size_ns + self.grace_ns > job.lead:
+                continue  # nothing can close yet: skip the O(channels) stream time
             else:
                 stream_time = job.stream_time(wall_s, self.channel_idle_s, self.discovery_s)
                 boundary = stream_time - self.grace_ns
@@ -154,11 +162,12 @@ class WindowAggregator:
     def _close(
         self, job_id: str, job: _JobState, boundary: float, wall_s: float
     ) -> Iterable[RankWindow]:
-        ready = sorted(k for k in job.open if k[0] + self.size_ns <= boundary)
+        starts = sorted(st for st in job.open if st + self.size_ns <= boundary)
+        ready = [(st, rank) for st in starts for rank in sorted(job.open[st])]
+        closing = {st: job.open.pop(st) for st in starts}
         emitted_ns = int(wall_s * 1e9)
-        for key in ready:
-            start, rank = key
-            acc = job.open.pop(key)
+        for start, rank in ready:
+            acc = closing[start][rank]
             self.stats.windows_emitted += 1
             yield RankWindow(
                 window_id=RankWindow.make_id(job_id, rank, start),
@@ -182,13 +191,13 @@ class WindowAggregator:
             job.closed_until = max(job.closed_until, b - b % self.size_ns)
 
     def open_windows(self) -> int:
-        return sum(len(j.open) for j in self._jobs.values())
+        return sum(len(r) for j in self._jobs.values() for r in j.open.values())
 
     def oldest_open_start(self, job_id: str) -> int | None:
         job = self._jobs.get(job_id)
         if not job or not job.open:
             return None
-        return min(k[0] for k in job.open)
+        return min(job.open)
 
     def closed_until(self, job_id: str) -> int:
         job = self._jobs.get(job_id)

@@ -42,6 +42,7 @@ class JobAnalyzer:
     def __post_init__(self) -> None:
         self._node_time: dict[str, int] = {}
         self._since_recompute = 0
+        self._recomputed_at = -(2**62)
         self.buffer = EventTimeBuffer()
         self._steps_done = 0
         self.steps = StepJoin()
@@ -78,6 +79,7 @@ class JobAnalyzer:
         the others look silent; the percentile tolerates a quarter of the nodes being off.
         """
         self._since_recompute = 0
+        self._recomputed_at = self.buffer.watermark
         times = sorted(self._node_time.values())
         if not times:
             return
@@ -103,7 +105,8 @@ class JobAnalyzer:
         now = time.time_ns() if emitted_ns is None else emitted_ns
         for ev, ts in self.buffer.release():
             self._process(ev, ts)
-        self._recompute_event_time()
+        if self._since_recompute and self.buffer.watermark - self._recomputed_at >= 50_000_000:
+            self._recompute_event_time()  # O(nodes): once per 50 ms of progress, not per record
         detections: list[Detection] = []
         for stats in self.steps.finalize_ready():
             self._steps_done += 1

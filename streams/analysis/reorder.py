@@ -33,6 +33,7 @@ class ReorderStats:
 class EventTimeBuffer:
     idle_lag_s: float = 3.0
     max_buffered: int = 500_000
+    recompute_s: float = 0.05
     stats: ReorderStats = field(default_factory=ReorderStats)
 
     def __post_init__(self) -> None:
@@ -41,6 +42,11 @@ class EventTimeBuffer:
         self._channels: dict[tuple[str, str], int] = {}
         self._watermark = -1
         self._idle_lag = int(self.idle_lag_s * 1e9)
+        self._lead = -1  # newest corrected time pushed
+        self._lead_at_watermark = -(2**62)  # lead when the watermark was last computed
+        #: recompute the O(channels) watermark only once the lead has moved this much
+        self._recompute_ns = int(self.recompute_s * 1e9)
+        self._pushes = 0  # since the watermark was last computed
 
     @property
     def watermark(self) -> int:
@@ -48,9 +54,11 @@ class EventTimeBuffer:
 
     def push(self, ev: Event, corrected_ts: int) -> list[tuple[Event, int]]:
         """Add one event; returns the events (with corrected ts) now safe to process, in order."""
+        self._pushes += 1
         key = (ev.kind, ev.node)
         if corrected_ts > self._channels.get(key, -1):
             self._channels[key] = corrected_ts
+            self._lead = max(self._lead, corrected_ts)
         if corrected_ts <= self._watermark:
             self.stats.out_of_order += 1
             self.stats.released += 1
@@ -63,9 +71,13 @@ class EventTimeBuffer:
         """Advance the watermark and pop everything at or before it."""
         if not self._channels:
             return []
-        lead = max(self._channels.values())
-        active = [t for t in self._channels.values() if t >= lead - self._idle_lag]
-        self._watermark = max(self._watermark, min(active))
+        lead = self._lead
+        # a lagging channel can catch up while the lead stands still: recompute after a while
+        if lead - self._lead_at_watermark >= self._recompute_ns or self._pushes >= 2048:
+            self._lead_at_watermark = lead
+            self._pushes = 0
+            active = [t for t in self._channels.values() if t >= lead - self._idle_lag]
+            self._watermark = max(self._watermark, min(active))
         out: list[tuple[Event, int]] = []
         heap = self._heap
         limit = self._watermark
