@@ -208,3 +208,66 @@ def test_most_nodes_silent_at_once_is_not_a_per_node_finding() -> None:
     assert _silence_run({0, 1, 2, 3, 4, 5}) == []
     # at the boundary (half of the nodes), each is still named
     assert sorted(d.node for d in _silence_run({0, 1, 2, 3})) == [f"node{n:03d}" for n in range(4)]
+
+
+def test_a_hang_must_hold_while_the_jobs_other_telemetry_is_read() -> None:
+    """Event time can jump past the hang timeout in one read (a burst of another topic read
+    ahead of the spans). The hang is declared only once ~2 s worth of the job's other telemetry
+    has been read without a span; a span arriving before that re-arms nothing and finds no hang."""
+    events: list[Event] = list(synchronous_steps(range(10), lambda r, s: 1000))
+    t = max(e.ts for e in events)
+    per_second = [gpu_sample(r, 0, util=95.0) for r in range(RANKS)]  # 16 events per second
+    events += [e.model_copy(update={"ts": T0 + k * S}) for k in range(11) for e in per_second]
+    det = LivenessDetector("c1", "job-1")
+    now = -1
+    for ev in sorted(events, key=lambda e: e.ts):
+        now = max(now, ev.ts)
+        det.observe(ev, now)
+        assert det.advance(now, 0) == []
+    # a burst read ahead of the spans: 8 s of event time in 20 events (< 2 s x 16 events/s)
+    ahead = t + 8 * S
+    for k in range(20):
+        ev = per_second[k % RANKS].model_copy(update={"ts": ahead})
+        det.observe(ev, ahead)
+        assert [d for d in det.advance(ahead, 0) if d.detection_type == "hang"] == []
+    # the lagging spans arrive: progress, no hang
+    for r in range(RANKS):
+        det.observe(phase(r, 10, "step", t, t + S), ahead)
+    assert [d for d in det.advance(ahead, 0) if d.detection_type == "hang"] == []
+    # a real stall: samples keep coming for 10 s and no span; now it is a hang
+    found = []
+    for k in range(1, 11):
+        for ev in per_second:
+            ev2 = ev.model_copy(update={"ts": ahead + k * S})
+            det.observe(ev2, ahead + k * S)
+            found += det.advance(ahead + k * S, 0)
+    assert [d.detection_type for d in found] == ["hang"]
+
+
+def test_spans_read_in_late_bursts_are_not_a_hang() -> None:
+    """A worker behind on the span topic reads spans in bursts, 8 s of event time behind the GPU
+    samples: event time passes the hang timeout between bursts, but spans keep coming, so the
+    job is not hung."""
+    steps = synchronous_steps(range(40), lambda r, s: 1000)
+    spans = sorted((e for e in steps if e.kind == "span"), key=lambda e: e.ts)
+    t_end = max(e.ts for e in spans)
+    samples = [gpu_sample(r, T0 + k * S, util=95.0) for k in range(41) for r in range(RANKS)]
+    samples += [heartbeat(f"node{n:03d}", T0 + k * S, seq=k) for k in range(41) for n in range(2)]
+    samples.sort(key=lambda e: e.ts)
+    read: list[Event] = []
+    lag = 8 * S
+    si = 0
+    for burst_end in range(T0 + 10 * S, t_end + lag + S, 2 * S):  # a span burst every 2 s
+        read += [e for e in samples if burst_end - 2 * S < e.ts <= burst_end]
+        while si < len(spans) and spans[si].ts <= burst_end - lag:
+            read.append(spans[si])
+            si += 1
+    read += spans[si:]
+    det = LivenessDetector("c1", "job-1")
+    found: list[Detection] = []
+    now = -1
+    for ev in read:
+        now = max(now, ev.ts)
+        det.observe(ev, now)
+        found += det.advance(now, 0)
+    assert [d for d in found if d.detection_type == "hang"] == []

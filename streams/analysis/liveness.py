@@ -43,6 +43,12 @@ class LivenessConfig(BaseModel):
     collector_silence_factor: float = Field(
         default=2.5, gt=1, description="No heartbeat this many intervals while spans still flow."
     )
+    confirm_s: float = Field(
+        default=2.0,
+        ge=0,
+        description="A hang must hold while this much of the job's other telemetry is read.",
+    )
+    confirm_min_events: int = Field(default=16, ge=0)
     max_silent_share: float = Field(
         default=0.5,
         gt=0,
@@ -75,12 +81,21 @@ class LivenessDetector:
     #: first failure/end signal (error span, terminal scheduler event): silences and stalls that
     #: start after it are consequences, not causes
     ended_ts: int = -1
+    #: events observed since the last span (any rank): a hang is confirmed in read order too
+    since_span: int = 0
+    non_span_events: int = 0
+    first_ts: int = -1
+    _now: int = -1
     #: checks at which most nodes were silent together (reported as no per-node detection)
     mass_silences: int = 0
     node_check_ns: int = 250_000_000
     _nodes_checked_ts: int = -(2**62)
 
     def observe(self, ev: Event, ts: int) -> None:
+        self.since_span += 1
+        self.non_span_events += not isinstance(ev, SpanEvent)
+        if self.first_ts < 0:
+            self.first_ts = ts
         node = self.nodes.get(ev.node)
         if node is None:
             node = self.nodes[ev.node] = _Node()
@@ -89,6 +104,7 @@ class LivenessDetector:
             node.last_heartbeat = max(node.last_heartbeat, ts)
             node.interval_s = ev.payload.interval_s
         elif isinstance(ev, SpanEvent) and ev.rank is not None:
+            self.since_span = 0
             node.last_span = max(node.last_span, ts)
             p = ev.payload
             self.rank_node[ev.rank] = ev.node
@@ -113,6 +129,18 @@ class LivenessDetector:
     def _before_end(self, ts: int) -> bool:
         return self.ended_ts < 0 or ts <= self.ended_ts
 
+    def _confirm_events(self) -> int:
+        """Events read since the last span before a stall counts as a hang.
+
+        A hung job sends no spans at all (its ranks wait in the collective) while samples and
+        heartbeats keep coming. A worker that is behind reads the span topic in bursts between
+        bursts of the others, so event time can pass the timeout between two span bursts: the
+        hang must also hold while ``confirm_s`` worth of the job's other telemetry (at its
+        observed rate; more than one fetch of the other topics) is read without a single span.
+        """
+        rate = self.non_span_events / max(1.0, (self._now - self.first_ts) / S)
+        return max(self.config.confirm_min_events, round(rate * self.config.confirm_s))
+
     def timeout_ns(self) -> int:
         cfg = self.config
         med = statistics.median(self.step_times) if self.step_times else cfg.min_timeout_s
@@ -123,10 +151,12 @@ class LivenessDetector:
         before that, a node whose clock is behind looks silent, and a kind whose topic is read
         late looks like a stall."""
         out: list[Detection] = []
+        self._now = now_ts
         timeout = self.timeout_ns()
         if (
             check_nodes
             and not self.hang_flagged
+            and self.since_span >= self._confirm_events()
             and self.last_progress_ts > 0
             and now_ts - self.last_progress_ts > timeout
             and self._before_end(self.last_progress_ts + timeout)
