@@ -68,3 +68,24 @@ def test_scenario_is_attributed_correctly(case: SuiteCase) -> None:
         assert len(incs) == 1, "one incident per cascade"
     if label.outcome == "straggler":
         assert detect_s is not None and detect_s <= 15.0  # within 3 windows of 5 s
+
+
+def test_a_skewed_node_is_learnt_in_a_large_job() -> None:
+    """One node of 32 runs 5 s ahead. The reorder buffer releases its spans late until its
+    offset is known, and the other 97% of the ranks finalise each step without it: the offset
+    must still be learnt (from its late collective ends), or its events stay misordered."""
+    case = next(
+        c for c in scenario_suite(256, [0], duration_s=20) if c.name == "ib_link_flap+clock_skew/s0"
+    )
+    events, labels = simulate_with_faults(case.config, case.faults)
+    skewed = labels[0].skewed_node
+    assert skewed is not None and labels[0].skew_offset_ns == 5 * 10**9
+    analyzer = JobAnalyzer(case.config.cluster, case.config.job_id)
+    for n, ev in enumerate(events, 1):
+        analyzer.observe(ev)
+        if n % 256 == 0:
+            analyzer.advance(0)
+    analyzer.flush(0)
+    assert abs(analyzer.clock.offset(skewed) - 5 * 10**9) < 50 * 10**6
+    others = [n for n in analyzer.clock.offsets if n != skewed]
+    assert others and all(abs(analyzer.clock.offset(n)) < 50 * 10**6 for n in others)

@@ -108,6 +108,8 @@ class JobAnalyzer:
         if self._since_recompute and self.buffer.watermark - self._recomputed_at >= 50_000_000:
             self._recompute_event_time()  # O(nodes): once per 50 ms of progress, not per record
         detections: list[Detection] = []
+        for node, delta in self.steps.drain_late_offsets():
+            self.clock.add_sample(node, delta)
         for stats in self.steps.finalize_ready():
             self._steps_done += 1
             self.clock.update(stats)

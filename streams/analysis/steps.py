@@ -72,12 +72,19 @@ class StepJoin:
     finalized_upto: int = -1
     ranks_seen: set[int] = field(default_factory=set)
     done: deque[StepStats] = field(default_factory=deque)
+    #: (node, collective end minus the step's reference end) from spans of finalised steps
+    late_offsets: list[tuple[str, int]] = field(default_factory=list)
+    _references: dict[int, int] = field(default_factory=dict)  # step -> median end, recent
+    _late_seen: set[tuple[str, int]] = field(default_factory=set)
 
     def observe(self, ev: Event) -> None:
         if not isinstance(ev, SpanEvent) or ev.rank is None:
             return
         p = ev.payload
-        if p.step is None or p.step <= self.finalized_upto:
+        if p.step is None:
+            return
+        if p.step <= self.finalized_upto:
+            self._late(ev.node, p.step, p.phase, ev.ts)
             return
         phase = p.phase
         if phase not in COMPUTE_PHASES and phase != "collective":
@@ -101,6 +108,24 @@ class StepJoin:
             if phase == "data":
                 rs.data_ns += dur
 
+    def _late(self, node: str, step: int, phase: str, ts: int) -> None:
+        """A collective end of an already finalised step still measures its node's clock.
+
+        A node whose clock runs ahead is released late by the event-time reorder buffer until
+        its offset is known; in a large job the others finalise the step without it (they are
+        90% of the ranks), so without this the offset would never be learnt at all."""
+        if phase != "collective":
+            return
+        reference = self._references.get(step)
+        if reference is None or (node, step) in self._late_seen:
+            return
+        self._late_seen.add((node, step))
+        self.late_offsets.append((node, ts - reference))
+
+    def drain_late_offsets(self) -> list[tuple[str, int]]:
+        out, self.late_offsets = self.late_offsets, []
+        return out
+
     def _finalize(self, step: int) -> None:
         per_rank = self.steps.pop(step, {})
         self.finalized_upto = max(self.finalized_upto, step)
@@ -115,10 +140,16 @@ class StepJoin:
             ends.setdefault(s.node, []).append(s.collective_end_ts)
         compute = {r: s.compute_ns for r, s in complete.items()}
         data = {r: s.data_ns for r, s in complete.items()}
+        end_by_node = {n: int(statistics.median(v)) for n, v in ends.items()}
+        self._references[step] = int(statistics.median(end_by_node.values()))
+        while len(self._references) > 32:
+            oldest = min(self._references)
+            del self._references[oldest]
+            self._late_seen = {k for k in self._late_seen if k[1] > oldest}
         self.done.append(
             StepStats(
                 step=step,
-                end_ts_by_node={n: int(statistics.median(v)) for n, v in ends.items()},
+                end_ts_by_node=end_by_node,
                 compute_ns=compute,
                 data_ns=data,
                 collective_ns={r: s.collective_ns or 0 for r, s in complete.items()},
@@ -169,6 +200,14 @@ class ClockOffsets:
                 dq = self.samples[node] = deque(maxlen=self.history)
             dq.append(int(end - reference))
             self.offsets[node] = int(statistics.median(dq))
+
+    def add_sample(self, node: str, delta_ns: int) -> None:
+        """One (node end - reference end) measurement learnt outside ``update``."""
+        dq = self.samples.get(node)
+        if dq is None:
+            dq = self.samples[node] = deque(maxlen=self.history)
+        dq.append(int(delta_ns))
+        self.offsets[node] = int(statistics.median(dq))
 
     def offset(self, node: str) -> int:
         return self.offsets.get(node, 0)
