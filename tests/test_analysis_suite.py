@@ -6,6 +6,7 @@ through the real broker, workers and ClickHouse.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from collectors.faults import SuiteCase, scenario_suite, simulate_with_faults
 from rankscope.evaluate import score_findings
 from schemas.derived import Detection, Incident
+from schemas.events import Event
 from streams.analysis.job import JobAnalyzer
 
 CASES = scenario_suite(64, [0], duration_s=60)
@@ -41,9 +43,10 @@ def _inc_row(i: Incident) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_scenario_is_attributed_correctly(case: SuiteCase) -> None:
-    events, labels = simulate_with_faults(case.config, case.faults)
+def analyse(
+    case: SuiteCase, events: Iterable[Event]
+) -> tuple[dict[str, Detection], dict[str, Incident]]:
+    """The worker's analysis of one run, in process: latest version of each finding by id."""
     analyzer = JobAnalyzer(case.config.cluster, case.config.job_id)
     dets: dict[str, Detection] = {}
     incs: dict[str, Incident] = {}
@@ -56,6 +59,13 @@ def test_scenario_is_attributed_correctly(case: SuiteCase) -> None:
     d, i = analyzer.flush(0)
     dets.update((x.detection_id, x) for x in d)
     incs.update((x.incident_id, x) for x in i)
+    return dets, incs
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_scenario_is_attributed_correctly(case: SuiteCase) -> None:
+    events, labels = simulate_with_faults(case.config, case.faults)
+    dets, incs = analyse(case, events)
     label = labels[0]
     correct, fps, detect_s, found = score_findings(
         label, [_det_row(x) for x in dets.values()], [_inc_row(x) for x in incs.values()]

@@ -13,24 +13,13 @@ from collectors.faults import scenario_suite, simulate_with_faults
 from rankscope.incident_report import WHY_OTHERS_FAILED, incident_html, incident_markdown
 from schemas.derived import Detection, Incident
 from sinks.rows import DETECTION_TABLE, INCIDENT_TABLE
-from streams.analysis.job import JobAnalyzer
+from tests.test_analysis_suite import analyse
 
 
 def _analyse(scenario: str) -> tuple[str, list[Incident], list[Detection]]:
     case = next(c for c in scenario_suite(64, [0], duration_s=60) if c.name == scenario)
     events, _ = simulate_with_faults(case.config, case.faults)
-    analyzer = JobAnalyzer(case.config.cluster, case.config.job_id)
-    incs: dict[str, Incident] = {}
-    dets: dict[str, Detection] = {}
-    for n, ev in enumerate(events, 1):
-        analyzer.observe(ev)
-        if n % 256 == 0:
-            d, i = analyzer.advance(0)
-            dets.update((x.detection_id, x) for x in d)
-            incs.update((x.incident_id, x) for x in i)
-    d, i = analyzer.flush(0)
-    dets.update((x.detection_id, x) for x in d)
-    incs.update((x.incident_id, x) for x in i)
+    dets, incs = analyse(case, events)
     return case.config.job_id, list(incs.values()), list(dets.values())
 
 
