@@ -124,8 +124,7 @@ def publish_suite(
 
 
 def _rows(client: Client, sql: str, job_id: str) -> list[dict[str, Any]]:
-    res = client.query(sql, parameters={"j": job_id})
-    return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
+    return list(client.query(sql, parameters={"j": job_id}).named_results())
 
 
 #: outcome -> (detection type = incident cause class, the label field that must match)

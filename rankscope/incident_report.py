@@ -19,7 +19,7 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from rankscope.report import _ranks
+from rankscope.report import incident_rows, location, rank_ranges
 
 S = 1_000_000_000
 
@@ -84,18 +84,6 @@ def _rel(ts_ns: int, zero_ns: int) -> str:
     return f"{(ts_ns - zero_ns) / S:+.3f} s"
 
 
-def _where(row: dict[str, Any]) -> str:
-    where = str(row.get("node") or "unknown node")
-    gpu, rank = row.get("gpu"), row.get("rank")
-    if gpu is not None and int(gpu) >= 0:
-        where += f" GPU {gpu}"
-    if rank is not None and int(rank) >= 0:
-        where += f" (rank {rank})"
-    if row.get("device"):
-        where += f", {row['device']}"
-    return where
-
-
 def _attributed(attributed_ns: int, first_symptom_ns: int) -> str:
     lead = (attributed_ns - first_symptom_ns) / S
     if lead < 0:
@@ -124,6 +112,11 @@ class IncidentView:
         return int(self.row["first_cause_ts_ns"])
 
     @property
+    def why(self) -> str:
+        """The mechanism by which the other ranks failed, for this cause class."""
+        return WHY_OTHERS_FAILED.get(str(self.row["cause_class"]), WHY_OTHERS_FAILED["unknown"])
+
+    @property
     def symptom_ranks(self) -> list[int]:
         return list(self.row.get("symptom_ranks") or [])
 
@@ -134,7 +127,7 @@ class IncidentView:
     def facts(self) -> list[tuple[str, str]]:
         r = self.row
         facts = [
-            ("Primary cause", f"{r['cause_class']} on {_where(r)}"),
+            ("Primary cause", f"{r['cause_class']} on {location(r)}"),
             ("Failed first at", f"{_clock(self.zero)} UTC (corrected time)"),
             (
                 "First failure signal",
@@ -145,7 +138,7 @@ class IncidentView:
             ("Confidence", f"{float(r['confidence']):.2f}"),
             (
                 "Symptom ranks",
-                f"{len(self.symptom_ranks)}: {_ranks(self.symptom_ranks)}",
+                f"{len(self.symptom_ranks)}: {rank_ranges(self.symptom_ranks)}",
             ),
         ]
         if r.get("xid") is not None:
@@ -276,14 +269,13 @@ def incident_html(
     for inc in incidents:
         view = IncidentView.from_row(inc)
         r = view.row
-        out.append(f"<h2>{e(r['cause_class'])} on {e(_where(r))}</h2>")
+        out.append(f"<h2>{e(r['cause_class'])} on {e(location(r))}</h2>")
         out.append(f"<p class='summary'>{e(r['summary'])}</p>")
         out.append("<dl>")
         for k, v in view.facts():
             out.append(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>")
         out.append("</dl>")
-        why = WHY_OTHERS_FAILED.get(str(r["cause_class"]), WHY_OTHERS_FAILED["unknown"])
-        out.append(f"<h3>Why the other ranks failed</h3><p class='why'>{e(why)}</p>")
+        out.append(f"<h3>Why the other ranks failed</h3><p class='why'>{e(view.why)}</p>")
         out.append("<h3>Timeline</h3>" + timeline_svg(view))
         shown, hidden = _evidence_rows(view, max_symptoms)
         out.append(
@@ -338,10 +330,9 @@ def incident_markdown(
     for inc in incidents:
         view = IncidentView.from_row(inc)
         r = view.row
-        md += ["", f"## {r['cause_class']} on {_where(r)}", "", f"**{r['summary']}**", ""]
+        md += ["", f"## {r['cause_class']} on {location(r)}", "", f"**{r['summary']}**", ""]
         md += [f"- **{k}:** {v}" for k, v in view.facts()]
-        why = WHY_OTHERS_FAILED.get(str(r["cause_class"]), WHY_OTHERS_FAILED["unknown"])
-        md += ["", "### Why the other ranks failed", "", why, "", "### Evidence chain", ""]
+        md += ["", "### Why the other ranks failed", "", view.why, "", "### Evidence chain", ""]
         md += ["| after cause | node | rank | role | what |", "|---|---|---|---|---|"]
         shown, hidden = _evidence_rows(view, max_symptoms)
         for item in shown:
@@ -365,16 +356,13 @@ def job_rows(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(incidents, detections) of one job, latest revisions, in time order."""
 
-    def rows(sql: str) -> list[dict[str, Any]]:
-        res = client.query(sql, parameters={"j": job_id})
-        return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
-
-    incidents = rows(
-        f"SELECT * FROM {database}.incidents FINAL WHERE job_id = %(j)s ORDER BY first_cause_ts_ns"
-    )
-    detections = rows(
-        f"SELECT detection_type, straggler_class, node, rank, onset_ts_ns, summary "
-        f"FROM {database}.detections FINAL WHERE job_id = %(j)s ORDER BY onset_ts_ns"
+    incidents = incident_rows(client, database, job_id, limit=10_000)[::-1]
+    detections = list(
+        client.query(
+            f"SELECT detection_type, straggler_class, node, rank, onset_ts_ns, summary "
+            f"FROM {database}.detections FINAL WHERE job_id = %(j)s ORDER BY onset_ts_ns",
+            parameters={"j": job_id},
+        ).named_results()
     )
     return incidents, detections
 

@@ -6,9 +6,8 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
-from rankscope.services.kafka import ensure_topics
+from rankscope.services.kafka import _admin, ensure_topics
 from schemas.topics import Topics
 
 TOPIC_CONFIG = {
@@ -97,8 +96,9 @@ def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float 
 
 def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
     """True once ``group_id`` has members and has finished rebalancing (partitions assigned)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
+    future = _admin(bootstrap).describe_consumer_groups([group_id], request_timeout=timeout_s)[
+        group_id
+    ]
     try:
         desc = future.result(timeout=timeout_s)
     except KafkaException:

@@ -23,7 +23,7 @@ def _clock(ts_ns: int) -> str:
     return datetime.fromtimestamp(ts_ns / 1e9, tz=UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
-def _ranks(ranks: list[int]) -> str:
+def rank_ranges(ranks: list[int]) -> str:
     """[0,1,2,3,7,8] -> '0-3, 7-8' so a 999-rank cascade stays one line."""
     if not ranks:
         return "none"
@@ -40,6 +40,19 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(parts)
 
 
+def location(row: dict[str, Any]) -> str:
+    """Where an incident (a row of the ``incidents`` table) says the failure was."""
+    where = str(row.get("node") or "unknown node")
+    gpu, rank = row.get("gpu"), row.get("rank")
+    if gpu is not None and int(gpu) >= 0:
+        where += f" GPU {gpu}"
+    if rank is not None and int(rank) >= 0:
+        where += f" (rank {rank})"
+    if row.get("device"):
+        where += f", {row['device']}"
+    return where
+
+
 def incident_rows(
     client: Client, database: str, job_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
@@ -49,7 +62,7 @@ def incident_rows(
         f"LIMIT {int(limit)}",
         parameters={"j": job_id} if job_id else None,
     )
-    return [dict(zip(res.column_names, r, strict=True)) for r in res.result_rows]
+    return list(res.named_results())
 
 
 def render_incident(row: dict[str, Any], max_evidence: int = 25) -> Panel:
@@ -70,18 +83,13 @@ def render_incident(row: dict[str, Any], max_evidence: int = 25) -> Panel:
         )
     if len(evidence) > len(shown):
         table.add_row("", "", "", "", f"... {len(evidence) - len(shown)} more in incidents table")
-    where = row["node"] + (f" GPU {row['gpu']}" if row["gpu"] >= 0 else "")
-    if row["rank"] >= 0:
-        where += f" (rank {row['rank']})"
-    if row["device"]:
-        where += f" {row['device']}"
     offsets = {k: v for k, v in (row.get("clock_offsets_ns") or {}).items() if v}
     lines = [
         f"[bold]{row['summary']}[/]",
         "",
-        f"primary cause: [bold]{row['cause_class']}[/] on {where or 'unknown'}   "
+        f"primary cause: [bold]{row['cause_class']}[/] on {location(row)}   "
         f"confidence {row['confidence']:.2f}",
-        f"symptom ranks ({len(row['symptom_ranks'])}): {_ranks(list(row['symptom_ranks']))}",
+        f"symptom ranks ({len(row['symptom_ranks'])}): {rank_ranges(list(row['symptom_ranks']))}",
     ]
     if offsets:
         lines.append(

@@ -162,29 +162,30 @@ class WindowAggregator:
     def _close(
         self, job_id: str, job: _JobState, boundary: float, wall_s: float
     ) -> Iterable[RankWindow]:
-        starts = sorted(st for st in job.open if st + self.size_ns <= boundary)
-        ready = [(st, rank) for st in starts for rank in sorted(job.open[st])]
-        closing = {st: job.open.pop(st) for st in starts}
         emitted_ns = int(wall_s * 1e9)
-        for start, rank in ready:
-            acc = closing[start][rank]
-            self.stats.windows_emitted += 1
-            yield RankWindow(
-                window_id=RankWindow.make_id(job_id, rank, start),
-                cluster=acc.cluster,
-                job_id=job_id,
-                rank=rank,
-                node=acc.node,
-                window_start_ns=start,
-                window_end_ns=start + self.size_ns,
-                step_count=acc.step_count,
-                step_time_mean_s=acc.step_time_sum / acc.step_count if acc.step_count else None,
-                step_time_max_s=acc.step_time_max if acc.step_count else None,
-                gpu_util_mean_pct=acc.util_sum / acc.util_count if acc.util_count else None,
-                gpu_sample_count=acc.util_count,
-                event_count=acc.event_count,
-                emitted_ts=emitted_ns,
-            )
+        for start in sorted(st for st in job.open if st + self.size_ns <= boundary):
+            ranks = job.open.pop(start)
+            for rank in sorted(ranks):
+                acc = ranks[rank]
+                self.stats.windows_emitted += 1
+                yield RankWindow(
+                    window_id=RankWindow.make_id(job_id, rank, start),
+                    cluster=acc.cluster,
+                    job_id=job_id,
+                    rank=rank,
+                    node=acc.node,
+                    window_start_ns=start,
+                    window_end_ns=start + self.size_ns,
+                    step_count=acc.step_count,
+                    step_time_mean_s=(
+                        acc.step_time_sum / acc.step_count if acc.step_count else None
+                    ),
+                    step_time_max_s=acc.step_time_max if acc.step_count else None,
+                    gpu_util_mean_pct=acc.util_sum / acc.util_count if acc.util_count else None,
+                    gpu_sample_count=acc.util_count,
+                    event_count=acc.event_count,
+                    emitted_ts=emitted_ns,
+                )
             job.closed_until = max(job.closed_until, start + self.size_ns)
         if boundary != math.inf:
             b = int(boundary)

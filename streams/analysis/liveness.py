@@ -85,9 +85,6 @@ class LivenessDetector:
     since_span: int = 0
     non_span_events: int = 0
     first_ts: int = -1
-    _now: int = -1
-    #: checks at which most nodes were silent together (reported as no per-node detection)
-    mass_silences: int = 0
     node_check_ns: int = 250_000_000
     _nodes_checked_ts: int = -(2**62)
 
@@ -129,7 +126,7 @@ class LivenessDetector:
     def _before_end(self, ts: int) -> bool:
         return self.ended_ts < 0 or ts <= self.ended_ts
 
-    def _confirm_events(self) -> int:
+    def _confirm_events(self, now_ts: int) -> int:
         """Events read since the last span before a stall counts as a hang.
 
         A hung job sends no spans at all (its ranks wait in the collective) while samples and
@@ -138,7 +135,7 @@ class LivenessDetector:
         hang must also hold while ``confirm_s`` worth of the job's other telemetry (at its
         observed rate; more than one fetch of the other topics) is read without a single span.
         """
-        rate = self.non_span_events / max(1.0, (self._now - self.first_ts) / S)
+        rate = self.non_span_events / max(1.0, (now_ts - self.first_ts) / S)
         return max(self.config.confirm_min_events, round(rate * self.config.confirm_s))
 
     def timeout_ns(self) -> int:
@@ -151,12 +148,11 @@ class LivenessDetector:
         before that, a node whose clock is behind looks silent, and a kind whose topic is read
         late looks like a stall."""
         out: list[Detection] = []
-        self._now = now_ts
         timeout = self.timeout_ns()
         if (
             check_nodes
             and not self.hang_flagged
-            and self.since_span >= self._confirm_events()
+            and self.since_span >= self._confirm_events(now_ts)
             and self.last_progress_ts > 0
             and now_ts - self.last_progress_ts > timeout
             and self._before_end(self.last_progress_ts + timeout)
@@ -181,7 +177,6 @@ class LivenessDetector:
         states = {name: self._state(node, now_ts) for name, node in self.nodes.items()}
         silent = sum(1 for st in states.values() if st)
         if len(states) >= 4 and silent > self.config.max_silent_share * len(states):
-            self.mass_silences += 1
             return []
         out: list[Detection] = []
         for name, node in self.nodes.items():

@@ -195,11 +195,7 @@ class ClockOffsets:
             return
         reference = statistics.median(ends.values())
         for node, end in ends.items():
-            dq = self.samples.get(node)
-            if dq is None:
-                dq = self.samples[node] = deque(maxlen=self.history)
-            dq.append(int(end - reference))
-            self.offsets[node] = int(statistics.median(dq))
+            self.add_sample(node, int(end - reference))
 
     def add_sample(self, node: str, delta_ns: int) -> None:
         """One (node end - reference end) measurement learnt outside ``update``."""
