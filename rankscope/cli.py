@@ -152,7 +152,7 @@ def migrate(
     from sinks.clickhouse import connect
     from sinks.clickhouse import migrate as run_migrations
 
-    url = clickhouse_url or _local_clickhouse_url(home)
+    url = clickhouse_url or local_clickhouse_url(home)
     applied = run_migrations(connect(url), database)
     console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
 
@@ -169,7 +169,7 @@ def query(
     """Run SQL against the pipeline's ClickHouse (the local engine when no URL is given)."""
     from sinks.clickhouse import connect
 
-    url = clickhouse_url or _local_clickhouse_url(home)
+    url = clickhouse_url or local_clickhouse_url(home)
     result = connect(url).query(sql)
     names = list(result.column_names)
     if fmt == "json":
@@ -189,7 +189,7 @@ def query(
         console.print(table)
 
 
-def _local_clickhouse_url(home: Path) -> str:
+def local_clickhouse_url(home: Path) -> str:
     """The running local engine's URL, or the embedded engine on its data directory."""
     from rankscope.services import ServiceManager
 
@@ -344,7 +344,7 @@ def incidents(
     from rankscope.report import print_incidents
     from sinks.clickhouse import connect
 
-    url = clickhouse_url or _local_clickhouse_url(home)
+    url = clickhouse_url or local_clickhouse_url(home)
     client = connect(url)
     print_incidents(client, database, console, job_id=job, limit=limit)
     if report_dir is not None:
@@ -370,6 +370,16 @@ def _register_agent() -> None:
 
 
 _register_agent()
+
+
+def _register_redaction() -> None:
+    """``rankscope redaction review|audit|hash``."""
+    from rankscope.redaction_cmd import redaction_app
+
+    app.add_typer(redaction_app, name="redaction")
+
+
+_register_redaction()
 
 
 def main() -> None:

@@ -148,7 +148,16 @@ class Pipeline:
         sink = group_lag(
             self.config.bootstrap,
             self.config.sink_group,
-            [t.events, t.windows, t.late, t.detections, t.incidents, t.deadletter],
+            [
+                t.events,
+                t.windows,
+                t.late,
+                t.detections,
+                t.incidents,
+                t.deadletter,
+                t.quarantine,
+                t.redaction_audit,
+            ],
         )
         return worker, sink
 

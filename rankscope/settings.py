@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from collectors.publisher import PublisherConfig
 from schemas.topics import Topics
 from sinks.kafka_sink import SinkConfig
-from streams.config import StreamsConfig
+from streams.config import RedactionConfig, StreamsConfig
 
 
 class Settings(BaseSettings):
@@ -25,6 +25,7 @@ class Settings(BaseSettings):
     database: str = "rankscope"
     topic_prefix: str = "rankscope"
     partitions: int = 4
+    redaction_rules: Path | None = None  # None: the packaged default rules
 
     @property
     def topics(self) -> Topics:
@@ -39,6 +40,9 @@ class Settings(BaseSettings):
             topic_prefix=self.topic_prefix,
             app_id=f"{self.topic_prefix}-streams",
             data_dir=self.home / "faust",
+            redaction=RedactionConfig(
+                rules_path=self.redaction_rules, key_file=self.home / "redaction.key"
+            ),
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -187,3 +187,62 @@ class Incident(BaseModel):
     clock_offsets_ns: dict[str, int] = Field(
         default_factory=dict, max_length=4096, description="Per-node offsets applied, ns."
     )
+
+
+QuarantineCode = Literal["redaction_error", "redaction_timeout"]
+
+
+class QuarantinedEvent(BaseModel):
+    """An event the redaction stage could not redact: fail closed.
+
+    ``event_json`` is the event with every scanned or dropped field emptied; the original stays
+    only on the raw topic (the access-controlled source of truth), found by ``source_topic``,
+    ``partition`` and ``offset``. ``reason`` names the field and the failure, never its content.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quarantine_id: str = Field(description="The event id: a re-read rewrites the same row.")
+    reason_code: QuarantineCode
+    reason: str = Field(max_length=2048)
+    fields_removed: list[str]
+    rules_version: str
+    source_topic: str
+    partition: int
+    offset: int
+    quarantined_ts: int = Field(description="Worker wall clock (ns).")
+    event_id: str
+    schema_id: str
+    kind: str
+    cluster: str
+    job_id: str
+    node: str
+    ts: int
+    event_json: str
+
+
+class RedactionAudit(BaseModel):
+    """How many findings one raw record produced, per window, kind, field, entity and rule.
+
+    Never a value. The id is derived from the raw record and the dimensions, so a record read
+    twice after a crash rewrites its rows instead of counting again.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    audit_id: str
+    window_start_ns: int
+    cluster: str
+    job_id: str
+    kind: str
+    field: str
+    entity: str
+    rule: str
+    action: str
+    count: int = Field(ge=1)
+    rules_version: str
+
+    @staticmethod
+    def make_id(record: str, *dims: str) -> str:
+        raw = "|".join((record, *dims)).encode()
+        return hashlib.blake2b(raw, digest_size=16).hexdigest()

@@ -32,7 +32,7 @@ class Topics:
 
     @property
     def events(self) -> str:
-        """Validated (and, from issue 5 on, redacted) events: what every derived stage reads."""
+        """Validated and redacted events: what every derived stage reads."""
         return f"{self.prefix}.events"
 
     @property
@@ -56,6 +56,16 @@ class Topics:
         return f"{self.prefix}.deadletter"
 
     @property
+    def quarantine(self) -> str:
+        """Events the redaction stage could not redact, with their free text removed."""
+        return f"{self.prefix}.quarantine"
+
+    @property
+    def redaction_audit(self) -> str:
+        """Counts of what redaction found, per rule, entity, field and kind (never values)."""
+        return f"{self.prefix}.redaction_audit"
+
+    @property
     def all(self) -> list[str]:
         return [
             *self.all_raw,
@@ -66,6 +76,8 @@ class Topics:
             self.detections,
             self.incidents,
             self.deadletter,
+            self.quarantine,
+            self.redaction_audit,
         ]
 
 

@@ -19,15 +19,25 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
 
-from schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
+from schemas.derived import (
+    DeadLetter,
+    Detection,
+    Incident,
+    LateEvent,
+    QuarantinedEvent,
+    RankWindow,
+    RedactionAudit,
+)
 from schemas.events import EVENT_LIST_ADAPTER
 from schemas.topics import DEFAULT_PREFIX, Topics
 from sinks.clickhouse import connect, migrate
 from sinks.rows import (
+    AUDIT_TABLE,
     DEADLETTER_TABLE,
     DETECTION_TABLE,
     INCIDENT_TABLE,
     LATE_TABLE,
+    QUARANTINE_TABLE,
     WINDOW_TABLE,
     Row,
     TableSpec,
@@ -99,6 +109,8 @@ class ClickHouseSink:
             topics.deadletter: self._decode_model(DeadLetter, DEADLETTER_TABLE),
             topics.detections: self._decode_model(Detection, DETECTION_TABLE),
             topics.incidents: self._decode_model(Incident, INCIDENT_TABLE),
+            topics.quarantine: self._decode_model(QuarantinedEvent, QUARANTINE_TABLE),
+            topics.redaction_audit: self._decode_model(RedactionAudit, AUDIT_TABLE),
         }
         consumer_conf: dict[str, Any] = {
             "bootstrap.servers": config.bootstrap,

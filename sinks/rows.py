@@ -10,7 +10,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
+from schemas.derived import (
+    DeadLetter,
+    Detection,
+    Incident,
+    LateEvent,
+    RankWindow,
+)
 from schemas.envelope import Envelope
 from schemas.events import (
     AgentEventEvent,
@@ -402,6 +408,80 @@ INCIDENT_TABLE = TableSpec(
     _incident,
 )
 
+
+AUDIT_TABLE = TableSpec(
+    "redaction_audit",
+    [
+        "audit_id",
+        "window_start_ns",
+        "cluster",
+        "job_id",
+        "kind",
+        "field",
+        "entity",
+        "rule",
+        "action",
+        "count",
+        "rules_version",
+    ],
+    lambda a: [
+        a.audit_id,
+        a.window_start_ns,
+        a.cluster,
+        a.job_id,
+        a.kind,
+        a.field,
+        a.entity,
+        a.rule,
+        a.action,
+        a.count,
+        a.rules_version,
+    ],
+)
+
+QUARANTINE_TABLE = TableSpec(
+    "redaction_quarantine",
+    [
+        "quarantine_id",
+        "reason_code",
+        "reason",
+        "fields_removed",
+        "rules_version",
+        "source_topic",
+        "partition",
+        "offset",
+        "quarantined_ts_ns",
+        "event_id",
+        "schema",
+        "kind",
+        "cluster",
+        "job_id",
+        "node",
+        "ts_ns",
+        "event_json",
+    ],
+    lambda q: [
+        q.quarantine_id,
+        q.reason_code,
+        q.reason,
+        q.fields_removed,
+        q.rules_version,
+        q.source_topic,
+        q.partition,
+        q.offset,
+        q.quarantined_ts,
+        q.event_id,
+        q.schema_id,
+        q.kind,
+        q.cluster,
+        q.job_id,
+        q.node,
+        q.ts,
+        q.event_json,
+    ],
+)
+
+
 ALL_TABLES: list[TableSpec] = [
     *EVENT_TABLES.values(),
     WINDOW_TABLE,
@@ -409,6 +489,8 @@ ALL_TABLES: list[TableSpec] = [
     DEADLETTER_TABLE,
     DETECTION_TABLE,
     INCIDENT_TABLE,
+    AUDIT_TABLE,
+    QUARANTINE_TABLE,
 ]
 
 
@@ -418,11 +500,13 @@ def event_spec(ev: Event) -> TableSpec:
 
 __all__ = [
     "ALL_TABLES",
+    "AUDIT_TABLE",
     "DEADLETTER_TABLE",
     "DETECTION_TABLE",
     "EVENT_TABLES",
     "INCIDENT_TABLE",
     "LATE_TABLE",
+    "QUARANTINE_TABLE",
     "WINDOW_TABLE",
     "DeadLetter",
     "LateEvent",

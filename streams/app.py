@@ -12,16 +12,20 @@ import gc
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import faust
 
+from redaction.keys import load_key
+from redaction.rules import load_rules
+from redaction.stage import RedactionStage, StageResult
 from schemas.derived import RankWindow
-from schemas.events import EVENT_LIST_ADAPTER, dump_events
+from schemas.events import EVENT_LIST_ADAPTER, Event, dump_events
 from schemas.topics import partition_key
 from streams.analysis.job import JobAnalyzer
-from streams.config import StreamsConfig
+from streams.config import RedactionConfig, StreamsConfig
 from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
 from streams.windows import WindowAggregator, corrected_ts
 
@@ -50,6 +54,8 @@ class StageCounters:
     detections: int = 0
     incidents: int = 0
     pending_acks: int = 0
+    values_redacted: int = 0
+    events_quarantined: int = 0
     started_wall: float = field(default_factory=time.time)
 
 
@@ -85,6 +91,9 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     windows_topic = app.topic(topics.windows, value_serializer="raw")
     late_topic = app.topic(topics.late, value_serializer="raw")
     deadletter_topic = app.topic(topics.deadletter, value_serializer="raw")
+    quarantine_topic = app.topic(topics.quarantine, value_serializer="raw")
+    audit_topic = app.topic(topics.redaction_audit, value_serializer="raw")
+    redact = build_redaction(config.redaction)
     detections_topic = app.topic(topics.detections, value_serializer="raw")
     incidents_topic = app.topic(topics.incidents, value_serializer="raw")
     limits = config.limits
@@ -108,8 +117,19 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             counters.records_in += 1
             if result.events:
                 counters.events_valid += len(result.events)
+                record = f"{msg.topic}:{msg.partition}:{msg.offset}"
+                redacted = redact(result.events, record)
+                for q in redacted.quarantined:
+                    counters.events_quarantined += 1
+                    await quarantine_topic.send(
+                        key=q.job_id.encode(), value=q.model_dump_json().encode()
+                    )
+                for a in redacted.audit:
+                    await audit_topic.send(
+                        key=a.job_id.encode(), value=a.model_dump_json().encode()
+                    )
                 key = msg.key or partition_key(result.events[0].job_id, result.events[0].node)
-                await events_topic.send(key=key, value=dump_events(result.events))
+                await events_topic.send(key=key, value=dump_events(redacted.events))
             for dead in result.dead:
                 counters.dead_letters += 1
                 await deadletter_topic.send(
@@ -216,6 +236,29 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                 flushed.discard(jid)
 
     return app, counters
+
+
+def build_redaction(config: RedactionConfig) -> Callable[[list[Event], str], StageResult]:
+    """The redaction stage as the validate agent calls it; fail closed around the stage too.
+
+    A failure inside one value quarantines that event (the stage handles it); a failure of the
+    stage itself (a bug) quarantines the whole record the same way rather than pass it raw.
+    """
+    if not config.enabled:
+        log.warning("redaction is disabled: raw telemetry text flows to derived topics")
+        return lambda events, record: StageResult(events=list(events))
+    rules = load_rules(config.rules_path)
+    key = load_key(rules.settings.key_env, config.key_file, create=config.create_key)
+    stage = RedactionStage(rules, key)
+
+    def redact(events: list[Event], record: str) -> StageResult:
+        try:
+            return stage.process(events, record)
+        except Exception as exc:
+            log.exception("redaction stage failed on %s: quarantining its events", record)
+            return stage.quarantine_all(events, record, f"stage failed: {type(exc).__name__}")
+
+    return redact
 
 
 def tune_gc() -> None:

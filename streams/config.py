@@ -48,12 +48,26 @@ class WindowConfig(BaseModel):
     )
 
 
+class RedactionConfig(BaseModel):
+    """The redaction stage (issue 5): on by default, rules from ``redaction/rules.yaml``."""
+
+    enabled: bool = Field(
+        default=True, description="Off only for benchmarks of the other stages: raw text flows."
+    )
+    rules_path: Path | None = Field(default=None, description="None: the packaged default rules.")
+    key_file: Path | None = Field(
+        default=None, description="Key for hashed entities when the rules' key_env is unset."
+    )
+    create_key: bool = Field(default=True, description="Create key_file when it is missing.")
+
+
 class StreamsConfig(BaseModel):
     bootstrap: str
     topic_prefix: str = DEFAULT_PREFIX
     app_id: str = "rankscope-streams"
     data_dir: Path = Path(".rankscope/faust")
     limits: ValidationLimits = ValidationLimits()
+    redaction: RedactionConfig = RedactionConfig()
     windows: WindowConfig = WindowConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     analysis_enabled: bool = True

@@ -1,0 +1,43 @@
+"""The key of the ``hash`` action: from the environment, or a key file the worker may create.
+
+All workers of one deployment must share the key, or the same value hashes differently on each
+(joins break, nothing leaks). Operators set the environment variable from their secret store;
+a local run creates a private key file once and reuses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from pathlib import Path
+
+log = logging.getLogger("rankscope.redaction")
+
+_MIN_KEY_BYTES = 16
+
+
+def load_key(env_var: str, key_file: Path | None, *, create: bool = False) -> bytes | None:
+    """The key as bytes, or None when neither the variable nor the file gives one."""
+    value = os.environ.get(env_var, "").strip()
+    if value:
+        key = value.encode()
+    elif key_file is not None and key_file.exists():
+        key = key_file.read_bytes().strip()
+    elif key_file is not None and create:
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        log.warning(
+            "created a new redaction key in %s; give every worker the same key (%s) so that "
+            "hashed values join across workers",
+            key_file,
+            env_var,
+        )
+        key = key_file.read_bytes().strip()
+    else:
+        return None
+    if len(key) < _MIN_KEY_BYTES:
+        raise ValueError(f"the redaction key must be at least {_MIN_KEY_BYTES} bytes")
+    return key

@@ -1,0 +1,284 @@
+"""The redaction stage: validated events in, redacted events, quarantine records and audit
+counts out. Pure: no Kafka here; the stream worker calls ``process`` once per raw record.
+
+Fast path, in order: fields the policy passes are never looked at; a value seen before in the
+same field comes from a per-field cache (log lines repeat); a value in which no recognizer's
+keyword or trigger occurs skips Presidio; the rest of a record's values go to Presidio together.
+
+Fail closed: when a value cannot be redacted (a recognizer raised or ran past its budget), its
+event is quarantined: every scanned and dropped field of it is emptied, the quarantine record
+says which field failed and why (never the content), and only the emptied copy goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
+from redaction.policy import FieldPolicy, FieldRule
+from redaction.rules import RuleSet
+from schemas.derived import QuarantinedEvent, RedactionAudit
+from schemas.events import Event, dump_event
+
+DROPPED = "[DROPPED]"
+QUARANTINED = "[QUARANTINED]"
+
+
+@dataclass
+class RedactionStats:
+    values_seen: int = 0
+    cache_hits: int = 0
+    values_redacted: int = 0
+    values_dropped: int = 0
+    events_quarantined: int = 0
+
+
+@dataclass
+class StageResult:
+    events: list[Event] = field(default_factory=list)
+    quarantined: list[QuarantinedEvent] = field(default_factory=list)
+    audit: list[RedactionAudit] = field(default_factory=list)
+
+
+class _Cache:
+    """A bounded value -> result map; the oldest entry goes first (dicts keep insertion order)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.data: dict[str, Redacted] = {}
+
+    def get(self, value: str) -> Redacted | None:
+        return self.data.get(value)
+
+    def put(self, value: str, result: Redacted) -> None:
+        if self.capacity <= 0:
+            return
+        if len(self.data) >= self.capacity:
+            del self.data[next(iter(self.data))]
+        self.data[value] = result
+
+
+# (rule, dict key or None, value) for one value of one event
+_Slot = tuple[FieldRule, str | None, str]
+
+
+class RedactionStage:
+    def __init__(
+        self, rules: RuleSet, key: bytes | None, redactor: PresidioRedactor | None = None
+    ) -> None:
+        self.rules = rules
+        self.version = rules.version
+        self.policy = FieldPolicy(rules)
+        self.redactor = redactor or PresidioRedactor(rules, key)
+        self.stats = RedactionStats()
+        self._active = {kind: self.policy.active(kind) for kind in self.policy.by_kind}
+        self._caches: dict[str, _Cache] = {}
+        self._window_ns = rules.settings.audit_window_s * 1_000_000_000
+        self._capacity = rules.settings.cache_entries_per_field
+
+    # -- reading the values a policy touches ---------------------------------------------------
+    def _slots(self, ev: Event) -> list[_Slot]:
+        rules = self._active.get(ev.kind)
+        if not rules:
+            return []
+        payload = ev.payload
+        slots: list[_Slot] = []
+        keyed = {r.key for r in rules if r.key is not None}
+        for r in rules:
+            holder: Any = ev if r.on_envelope else payload
+            value = getattr(holder, r.attr, None)
+            if r.shape == "dict":
+                if isinstance(value, dict):
+                    slots.extend(
+                        (r, k, v)
+                        for k, v in value.items()
+                        if isinstance(v, str) and v and k not in keyed
+                    )
+            elif r.key is not None:
+                v = value.get(r.key) if isinstance(value, dict) else None
+                if isinstance(v, str) and v:
+                    slots.append((r, r.key, v))
+            elif isinstance(value, str) and value:
+                slots.append((r, None, value))
+        return slots
+
+    def _cache(self, rule: FieldRule) -> _Cache:
+        name = f"{rule.kind}.{rule.attr}"
+        cache = self._caches.get(name)
+        if cache is None:
+            cache = self._caches[name] = _Cache(self._capacity)
+        return cache
+
+    # -- the stage -----------------------------------------------------------------------------
+    def process(self, events: list[Event], record: str) -> StageResult:
+        """Redact one record's events. ``record`` (topic:partition:offset) keys the audit rows,
+        so a record read again after a crash rewrites its rows instead of adding to them."""
+        out = StageResult()
+        per_event = [self._slots(ev) for ev in events]
+        results: dict[tuple[str, str], Redacted | RedactionError] = {}
+        pending: dict[str, list[tuple[_Cache, str]]] = {}
+        stats = self.stats
+        for slots in per_event:
+            for rule, _, value in slots:
+                if rule.action != "scan":
+                    continue
+                stats.values_seen += 1
+                cache = self._cache(rule)
+                hit = cache.get(value)
+                if hit is not None:
+                    stats.cache_hits += 1
+                    results[(cache_id(rule), value)] = hit
+                else:
+                    pending.setdefault(value, []).append((cache, cache_id(rule)))
+        if pending:
+            texts = list(pending)
+            for text, res in zip(texts, self.redactor.redact_batch(texts), strict=True):
+                if isinstance(res, Redacted):
+                    for cache, cid in pending[text]:
+                        cache.put(text, res)
+                        results[(cid, text)] = res
+                else:
+                    for _, cid in pending[text]:
+                        results[(cid, text)] = res
+        audit: Counter[tuple[int, str, str, str, str, str, str, str]] = Counter()
+        for ev, slots in zip(events, per_event, strict=True):
+            if not slots:
+                out.events.append(ev)
+                continue
+            window = ev.ts - ev.ts % self._window_ns
+            failed: list[tuple[str, RedactionError]] = []
+            changes: list[tuple[FieldRule, str | None, str]] = []
+            for rule, key, value in slots:
+                path = rule.path if key is None or rule.key is not None else f"{rule.path}.{key}"
+                if rule.action == "drop":
+                    changes.append((rule, key, DROPPED))
+                    stats.values_dropped += 1
+                    dims = (window, ev.cluster, ev.job_id, ev.kind, path, "", "field_policy")
+                    audit[(*dims, "drop")] += 1
+                    continue
+                res = results[(cache_id(rule), value)]
+                if isinstance(res, RedactionError):
+                    failed.append((path, res))
+                    continue
+                if not res.changed:
+                    continue
+                stats.values_redacted += 1
+                changes.append((rule, key, res.text))
+                for entity, rule_name, action in res.findings:
+                    audit[
+                        (window, ev.cluster, ev.job_id, ev.kind, path, entity, rule_name, action)
+                    ] += 1
+            if failed:
+                stripped = _strip(ev, slots)
+                out.quarantined.append(self._quarantine(ev, stripped, failed, slots, record))
+                out.events.append(stripped)
+                stats.events_quarantined += 1
+                dims = (window, ev.cluster, ev.job_id, ev.kind, failed[0][0], "", "fail_closed")
+                audit[(*dims, "quarantine")] += 1
+                continue
+            out.events.append(_apply(ev, changes) if changes else ev)
+        for (window, cluster, job, kind, path, entity, rule_name, action), n in audit.items():
+            out.audit.append(
+                RedactionAudit(
+                    audit_id=RedactionAudit.make_id(
+                        record, str(window), cluster, job, kind, path, entity, rule_name, action
+                    ),
+                    window_start_ns=window,
+                    cluster=cluster,
+                    job_id=job,
+                    kind=kind,
+                    field=path,
+                    entity=entity,
+                    rule=rule_name,
+                    action=action,
+                    count=n,
+                    rules_version=self.version,
+                )
+            )
+        return out
+
+    def quarantine_all(self, events: list[Event], record: str, reason: str) -> StageResult:
+        """Fail closed for a whole record: every event emptied and quarantined, no analysis."""
+        out = StageResult()
+        failure = RedactionError(reason)
+        for ev in events:
+            slots = self._slots(ev)
+            if not slots:
+                out.events.append(ev)
+                continue
+            stripped = _strip(ev, slots)
+            path = slots[0][0].path
+            out.quarantined.append(self._quarantine(ev, stripped, [(path, failure)], slots, record))
+            out.events.append(stripped)
+            self.stats.events_quarantined += 1
+        return out
+
+    def _quarantine(
+        self,
+        ev: Event,
+        stripped: Event,
+        failed: list[tuple[str, RedactionError]],
+        slots: list[_Slot],
+        record: str,
+    ) -> QuarantinedEvent:
+        topic, _, rest = record.rpartition(":")
+        topic, _, partition = topic.rpartition(":")
+        reason = "; ".join(f"{path}: {exc}" for path, exc in failed)
+        timed_out = any(isinstance(exc, RedactionTimeout) for _, exc in failed)
+        code = "redaction_timeout" if timed_out else "redaction_error"
+        removed = sorted({r.path if k is None or r.key else f"{r.path}.{k}" for r, k, _ in slots})
+        return QuarantinedEvent(
+            quarantine_id=ev.event_id,
+            reason_code=code,
+            reason=reason[:2048],
+            fields_removed=removed,
+            rules_version=self.version,
+            source_topic=topic,
+            partition=int(partition) if partition.isdigit() else -1,
+            offset=int(rest) if rest.isdigit() else -1,
+            quarantined_ts=time.time_ns(),
+            event_id=ev.event_id,
+            schema_id=ev.schema_id,
+            kind=ev.kind,
+            cluster=ev.cluster,
+            job_id=ev.job_id,
+            node=ev.node,
+            ts=ev.ts,
+            event_json=dump_event(stripped).decode(),
+        )
+
+
+def cache_id(rule: FieldRule) -> str:
+    return f"{rule.kind}.{rule.attr}"
+
+
+def _fit(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[:limit]
+
+
+def _strip(ev: Event, slots: list[_Slot]) -> Event:
+    return _apply(ev, [(r, k, DROPPED if r.action == "drop" else QUARANTINED) for r, k, _ in slots])
+
+
+def _apply(ev: Event, changes: list[tuple[FieldRule, str | None, str]]) -> Event:
+    """A copy of ``ev`` with the changed values (models are frozen; no re-validation needed:
+    a replacement is shorter than the field's limit or cut to it)."""
+    envelope: dict[str, Any] = {}
+    payload: dict[str, Any] = {}
+    for rule, key, text in changes:
+        target = envelope if rule.on_envelope else payload
+        if key is None:
+            target[rule.attr] = _fit(text, rule.max_length)
+        else:
+            current = target.get(rule.attr)
+            if current is None:
+                source = ev if rule.on_envelope else ev.payload
+                current = target[rule.attr] = dict(getattr(source, rule.attr))
+            current[key] = text
+    if payload:
+        envelope["payload"] = ev.payload.model_copy(update=payload)
+    copied: Event = ev.model_copy(update=envelope)
+    return copied

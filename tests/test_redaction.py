@@ -1,0 +1,285 @@
+"""The redaction rules, engine and stage, without Kafka (the pipeline tests cover the wiring)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from redaction.engine import PresidioRedactor
+from redaction.policy import FieldPolicy
+from redaction.review import diff_rules
+from redaction.rules import DEFAULT_RULES_PATH, load_rules, parse_rules
+from redaction.stage import DROPPED, QUARANTINED, RedactionStage
+from schemas.events import CommEventEvent, SpanEvent
+from schemas.payloads import CommEvent
+from tests.factories import NOW_NS, eid, span
+
+KEY = b"unit-test-key-0123456789abcdef"
+RULES = load_rules()
+AWS_KEY = "AKIAQ7LMX3T2PZ5RWN4Y"
+HF_TOKEN = "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"
+
+
+@pytest.fixture(scope="module")
+def redactor() -> PresidioRedactor:
+    return PresidioRedactor(RULES, KEY)
+
+
+def _rules_doc() -> dict[str, object]:
+    doc = yaml.safe_load(DEFAULT_RULES_PATH.read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _comm(message: str, peer: str = "", node: str = "node001") -> CommEventEvent:
+    return CommEventEvent(
+        event_id=eid(),
+        schema="comm_event/1",
+        kind="comm_event",
+        cluster="c1",
+        job_id="job-r",
+        node=node,
+        rank=3,
+        ts=NOW_NS,
+        observed_ts=NOW_NS,
+        payload=CommEvent(source="nccl", event_type="nccl_error", message=message, peer=peer),
+    )
+
+
+def _span_with(attributes: dict[str, str | int], error: str = "") -> SpanEvent:
+    base = span(1, NOW_NS)
+    payload = base.payload.model_copy(
+        update={"attributes": attributes, "error_message": error, "status": "error"}
+    )
+    return base.model_copy(update={"payload": payload})
+
+
+# -- the rules file ----------------------------------------------------------------------------
+def test_every_text_field_of_every_schema_has_an_explicit_policy() -> None:
+    """A new schema field must be classified by a reviewer, not fall to the default."""
+    implicit = [f"{r.kind}.{r.path}" for r in FieldPolicy(RULES).coverage() if not r.explicit]
+    assert implicit == []
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d["recognizers"][0].update(entity="NOPE"), "entity NOPE is not in entities"),
+        (
+            lambda d: d["recognizers"][0]["patterns"][0].update(regex="(unclosed"),
+            "regex does not compile",
+        ),
+        (lambda d: d["recognizers"][1].update(name=d["recognizers"][0]["name"]), "duplicate"),
+        (lambda d: d["thresholds"]["recall"].update(NOPE=0.5), "neither an entity nor a group"),
+        (lambda d: d["recognizers"][0].update(keywords=["AKIA"]), "lower-case"),
+    ],
+)
+def test_a_broken_rules_file_is_refused_with_a_reason(edit: object, message: str) -> None:
+    doc = _rules_doc()
+    edit(doc)  # type: ignore[operator]
+    with pytest.raises(ValueError, match=message):
+        parse_rules(yaml.safe_dump(doc))
+
+
+def test_a_field_policy_for_a_field_that_does_not_exist_is_refused() -> None:
+    doc = _rules_doc()
+    doc["fields"]["kinds"]["gpu_event"]["mesage"] = "scan"  # type: ignore[index]
+    with pytest.raises(ValueError, match=r"\['mesage'\] are not text fields of gpu_event"):
+        FieldPolicy(parse_rules(yaml.safe_dump(doc)))
+
+
+# -- the engine ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "secret", "placeholder"),
+    [
+        (f"torchrun train.py --hf-token={HF_TOKEN} --lr 3e-4", HF_TOKEN, "[API_TOKEN]"),
+        (f"boto3 error for {AWS_KEY}: AccessDenied", AWS_KEY, "[CLOUD_ACCESS_KEY]"),
+        ("could not connect postgresql://ml:Tr4in!ng9@db:5432/x", "Tr4in!ng9", "[PASSWORD]"),
+        ("curl -H 'Authorization: Bearer 8fK2pLq9ZxW4mN7vR3tY'", "8fK2pLq9ZxW4mN7vR3tY", "[BEARER"),
+        ("contact me: priya.raman@corp.example", "priya.raman@corp.example", "[EMAIL_ADDRESS:"),
+        ("call +1 650-253-0000 now", "650-253-0000", "[PHONE_NUMBER]"),
+        ('File "/home/alice/train.py", line 3', "alice", "[HOME_DIR_USER:"),
+    ],
+)
+def test_secrets_are_replaced_and_the_rest_is_kept(
+    redactor: PresidioRedactor, text: str, secret: str, placeholder: str
+) -> None:
+    out = redactor.redact(text)
+    assert secret not in out.text
+    assert placeholder in out.text
+    # the words around the secret survive: a reader still sees what happened
+    first_word = text.split(maxsplit=1)[0]
+    assert out.text.startswith(first_word)
+
+
+def test_a_private_key_drops_the_whole_field(redactor: PresidioRedactor) -> None:
+    text = "key load failed: -----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\n-----END PRIV"
+    out = redactor.redact(text)
+    assert out.text == "[DROPPED:PRIVATE_KEY]"
+    assert ("PRIVATE_KEY", "private_key_block", "drop") in out.findings
+
+
+def test_hashes_join_under_one_key_and_differ_under_another(redactor: PresidioRedactor) -> None:
+    line = "Got completion from peer 10.0.3.7<43210> with status=12"
+    a, b = redactor.redact(line).text, redactor.redact(f"again {line}").text
+    token = a.split("peer ")[1].split("<")[0]
+    assert token.startswith("[IP_ADDRESS:") and token in b
+    other = PresidioRedactor(RULES, b"another-key-0123456789abcdef").redact(line).text
+    assert token not in other and "10.0.3.7" not in other
+
+
+def test_redacting_twice_changes_nothing(redactor: PresidioRedactor) -> None:
+    once = redactor.redact(
+        f"HF_TOKEN={HF_TOKEN} peer 10.0.3.7 user bob@example.com /home/bob/x --password S3cr3t!x"
+    )
+    assert once.changed
+    twice = redactor.redact(once.text)
+    assert twice.text == once.text and not twice.changed
+
+
+@pytest.mark.parametrize(
+    "benign",
+    [
+        "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.",
+        "GPU-5a3e9c1b-7f2d-4e8a-9b6c-0d1e2f3a4b5c MIG-1a2b3c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d",
+        "NCCL version 2.21.5+cuda12.4 driver 550.54.15 MLNX_OFED_LINUX-23.10-1.1.9.0",
+        "step 1234567 | loss 2.3456 | lr 3.0e-04 | tokens/s 1234567 | rank 127 of 1024",
+        "commId 0x7c1e2f3a4b5c6d7e trace 4bf92f3577b34da6a3ce929d0e0e4736 at 1733212345678901234",
+        "max_tokens=2048 --tokenizer-path /models/tok key_padding_mask api_key not set",
+    ],
+)
+def test_look_alikes_survive(redactor: PresidioRedactor, benign: str) -> None:
+    out = redactor.redact(benign)
+    assert out.text == benign, out.findings
+
+
+def test_a_regex_timeout_raises_instead_of_passing_the_text(tmp_path: Path) -> None:
+    """Presidio's own pattern recognizer skips a timed-out pattern (fail open); ours raise."""
+    from redaction.engine import RedactionTimeout
+
+    rules = _redos_rules()
+    r = PresidioRedactor(rules, KEY)
+    with pytest.raises(RedactionTimeout, match="regex_timeout_ms"):
+        r.redact("a" * 60 + "!")
+    assert r.redact("a short clean line").text == "a short clean line"
+
+
+def _redos_rules() -> object:
+    """The default rules plus a rule with catastrophic backtracking (a ReDoS-prone regex)."""
+    doc = _rules_doc()
+    doc["settings"]["regex_timeout_ms"] = 50  # type: ignore[index]
+    doc["recognizers"].append(  # type: ignore[attr-defined]
+        {
+            "name": "backtracking_probe",
+            "entity": "API_TOKEN",
+            "description": "catastrophic backtracking on long runs of a",
+            "patterns": [{"name": "probe", "regex": "(a|aa)+c", "score": 0.9}],
+            "keywords": ["aaaa"],
+        }
+    )
+    return parse_rules(yaml.safe_dump(doc))
+
+
+# -- the stage ---------------------------------------------------------------------------------
+def test_the_stage_redacts_fields_by_policy_and_counts_what_it_found() -> None:
+    stage = RedactionStage(RULES, KEY)
+    ev = _span_with(
+        {"prompt": "my name is Jane, mail jane@example.com", "user": "jane@example.com", "n": 3},
+        error=f"HTTP 403 for https://b.s3.amazonaws.com/x?X-Amz-Signature=abcdef0123 {AWS_KEY}",
+    )
+    clean = span(2, NOW_NS)
+    out = stage.process([ev, clean], "t.raw.span:0:42")
+    red, untouched = out.events
+    assert untouched is clean
+    attrs = red.payload.attributes
+    assert attrs["prompt"] == DROPPED  # per-key drop
+    assert str(attrs["user"]).startswith("[EMAIL_ADDRESS:")
+    assert attrs["n"] == 3
+    assert (
+        AWS_KEY not in red.payload.error_message and "abcdef0123" not in red.payload.error_message
+    )
+    assert red.event_id == ev.event_id and red.payload.trace_id == ev.payload.trace_id
+    counts = {(a.kind, a.field, a.entity, a.action): a.count for a in out.audit}
+    assert counts[("span", "attributes.prompt", "", "drop")] == 1
+    assert counts[("span", "attributes.user", "EMAIL_ADDRESS", "hash")] == 1
+    assert counts[("span", "error_message", "CLOUD_ACCESS_KEY", "mask")] == 1
+    assert counts[("span", "error_message", "URL", "hash")] == 1
+    assert all(a.rules_version == RULES.version for a in out.audit)
+    # the same record again (a re-read after a crash) gives the same audit ids
+    again = RedactionStage(RULES, KEY).process([ev, clean], "t.raw.span:0:42")
+    assert {a.audit_id for a in again.audit} == {a.audit_id for a in out.audit}
+    assert again.events[0] == red
+
+
+def test_repeated_values_come_from_the_cache_with_their_counts() -> None:
+    stage = RedactionStage(RULES, KEY)
+    line = "NET/IB : Got completion from peer 10.0.3.7<43210> with status=12"
+    first = stage.process([_comm(line)], "t:0:1")
+    analysed = stage.redactor.analyzed
+    second = stage.process([_comm(line), _comm(line)], "t:0:2")
+    assert stage.redactor.analyzed == analysed  # no second analysis
+    assert stage.stats.cache_hits == 2
+    assert second.events[0].payload.message == first.events[0].payload.message
+    assert sum(a.count for a in second.audit if a.entity == "IP_ADDRESS") == 2
+
+
+def test_a_replacement_longer_than_the_field_is_cut_to_its_limit() -> None:
+    stage = RedactionStage(RULES, KEY)
+    peer = " ".join(f"10.0.{i}.{i}" for i in range(1, 30))[:256]
+    out = stage.process([_comm("x", peer=peer)], "t:0:1")
+    red = out.events[0].payload.peer
+    assert len(red) <= 256 and "10.0.1.1 " not in red
+    CommEventEvent.model_validate(json.loads(out.events[0].model_dump_json(by_alias=True)))
+
+
+def test_a_value_that_cannot_be_redacted_quarantines_its_event_only() -> None:
+    stage = RedactionStage(_redos_rules(), KEY)  # type: ignore[arg-type]
+    poison = _comm(f"{'a' * 60}! leaked {AWS_KEY}", peer="10.9.9.9")
+    fine = _comm(f"NCCL error {AWS_KEY}")
+    out = stage.process([poison, fine], "t.raw.comm_event:1:77")
+    assert len(out.quarantined) == 1
+    q = out.quarantined[0]
+    assert q.event_id == poison.event_id and q.reason_code == "redaction_timeout"
+    assert q.reason.startswith("message: ") and "regex_timeout_ms" in q.reason
+    assert (q.source_topic, q.partition, q.offset) == ("t.raw.comm_event", 1, 77)
+    assert set(q.fields_removed) == {"message", "peer"}
+    assert (
+        AWS_KEY not in q.event_json
+        and "aaaa" not in q.event_json
+        and "10.9.9.9" not in q.event_json
+    )
+    stripped, other = out.events
+    assert stripped.payload.message == QUARANTINED and stripped.payload.peer == QUARANTINED
+    assert other.payload.message == "NCCL error [CLOUD_ACCESS_KEY]"
+    assert ("comm_event", "message", "fail_closed", "quarantine") in {
+        (a.kind, a.field, a.rule, a.action) for a in out.audit
+    }
+
+
+def test_a_stage_failure_quarantines_the_whole_record() -> None:
+    stage = RedactionStage(RULES, KEY)
+    out = stage.quarantine_all([_comm(f"x {AWS_KEY}"), span(1, NOW_NS)], "t:0:5", "stage failed")
+    assert len(out.quarantined) == 2  # the span's name is a scanned field too
+    assert all(AWS_KEY not in e.model_dump_json() for e in out.events)
+
+
+# -- review ------------------------------------------------------------------------------------
+def test_the_diff_names_loosened_and_tightened_rules() -> None:
+    doc = _rules_doc()
+    doc["recognizers"] = [r for r in doc["recognizers"] if r["name"] != "jwt"]  # type: ignore[index,union-attr]
+    doc["entities"]["PHONE_NUMBER"]["min_score"] = 0.7  # type: ignore[index]
+    doc["entities"]["EMAIL_ADDRESS"]["action"] = "drop"  # type: ignore[index]
+    doc["fields"]["kinds"]["comm_event"]["message"] = "pass"  # type: ignore[index]
+    doc["allow"].append({"name": "lab_ips", "regex": r"10\.0\.\d+\.\d+", "description": "lab"})  # type: ignore[attr-defined]
+    changes = {
+        (c.area, c.name, c.change) for c in diff_rules(RULES, parse_rules(yaml.safe_dump(doc)))
+    }
+    assert ("recognizer", "jwt", "removed") in changes
+    assert ("entity", "PHONE_NUMBER", "loosened") in changes
+    assert ("entity", "EMAIL_ADDRESS", "tightened") in changes
+    assert ("field", "comm_event.message", "loosened") in changes
+    assert ("allow", "lab_ips", "loosened") in changes
+    assert diff_rules(RULES, RULES) == []
