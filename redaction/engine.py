@@ -113,6 +113,8 @@ class RuleRecognizer(EntityRecognizer):
                     continue
                 if spec.validator == "mixed_charset" and not _mixed_charset(text[start:end]):
                     continue
+                if spec.validator == "luhn" and not _luhn(text[start:end]):
+                    continue
                 score = pattern.score
                 if self._context is not None and self._context.search(
                     text, max(0, start - spec.context_chars), start, timeout=self.timeout_s
@@ -166,6 +168,15 @@ def _drop_shadowed(findings: list[Finding]) -> list[Finding]:
             keep.append(f)
     keep.sort(key=lambda f: (f.start, f.end, f.entity))
     return keep
+
+
+def _luhn(value: str) -> bool:
+    digits = [int(c) for c in value if c.isdigit()]
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        doubled = d * 2 - 9 if d > 4 else d * 2
+        total += doubled if i % 2 else d
+    return bool(digits) and total % 10 == 0
 
 
 def _mixed_charset(value: str) -> bool:
@@ -242,6 +253,9 @@ class PresidioRedactor:
             )
         finally:
             quiet.setLevel(level)
+        # Presidio compiles its recognizers' regexes on first use: pay that at start, not on
+        # the first record (a few hundred ms); an email loads tldextract's suffix list
+        self.analyzer.analyze("warm up a@example.com", language=self.language, score_threshold=0)
         self.nlp_engine = nlp_engine
         self.prefiltered = 0  # values the pre-filter let skip Presidio
         self.analyzed = 0  # values Presidio analysed
@@ -361,10 +375,14 @@ class PresidioRedactor:
         if not self.may_match(text):
             self.prefiltered += 1
             return Redacted(text, CLEAN)
+        candidates = self.candidate_entities(text)
+        if not candidates:  # (an empty list would make Presidio run every recognizer)
+            self.prefiltered += 1
+            return Redacted(text, CLEAN)
         self.analyzed += 1
         started = time.perf_counter()
         try:
-            findings = self.analyze(text, nlp_artifacts, self.candidate_entities(text))
+            findings = self.analyze(text, nlp_artifacts, candidates)
         except TimeoutError as exc:
             raise RedactionTimeout(
                 f"a recognizer exceeded regex_timeout_ms={self.rules.settings.regex_timeout_ms:g}"

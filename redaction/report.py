@@ -212,6 +212,7 @@ code{font-family:ui-monospace,monospace}
 """
 
 _MONO_COLUMNS = {("recognizers", 4), ("allow", 1)}
+_TWO_PART_KEYS = {"fields", "changes"}  # a row is named by its first two cells
 
 
 def _html_table(name: str, rows: list[list[str]]) -> str:
@@ -228,7 +229,8 @@ def _html_table(name: str, rows: list[list[str]]) -> str:
             cells.append(
                 f'<td class="{cls}">{html.escape(v)}</td>' if cls else f"<td>{html.escape(v)}</td>"
             )
-        body.append(f'<tr data-row="{html.escape(row[0])}">{"".join(cells)}</tr>')
+        key = f"{row[0]}.{row[1]}" if name in _TWO_PART_KEYS else row[0]
+        body.append(f'<tr data-row="{html.escape(key)}">{"".join(cells)}</tr>')
     if not rows:
         body.append(f'<tr><td colspan="{len(_HEADERS[name])}">(none)</td></tr>')
     return (

@@ -21,7 +21,7 @@ DEFAULT_RULES_PATH = Path(__file__).with_name("rules.yaml")
 EntityAction = Literal["mask", "hash", "drop"]
 FieldAction = Literal["scan", "pass", "drop"]
 EntityGroup = Literal["credential", "contact", "network", "identity", "financial"]
-Validator = Literal["none", "mixed_charset"]
+Validator = Literal["none", "mixed_charset", "luhn"]
 
 
 class _Strict(BaseModel):

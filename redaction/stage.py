@@ -80,7 +80,8 @@ class RedactionStage:
         self._capacity = rules.settings.cache_entries_per_field
 
     # -- reading the values a policy touches ---------------------------------------------------
-    def _slots(self, ev: Event) -> list[_Slot]:
+    def slots(self, ev: Event) -> list[_Slot]:
+        """The values of ``ev`` that its kind's policy scans or drops, in a stable order."""
         rules = self._active.get(ev.kind)
         if not rules:
             return []
@@ -117,7 +118,7 @@ class RedactionStage:
         """Redact one record's events. ``record`` (topic:partition:offset) keys the audit rows,
         so a record read again after a crash rewrites its rows instead of adding to them."""
         out = StageResult()
-        per_event = [self._slots(ev) for ev in events]
+        per_event = [self.slots(ev) for ev in events]
         results: dict[tuple[str, str], Redacted | RedactionError] = {}
         pending: dict[str, list[tuple[_Cache, str]]] = {}
         stats = self.stats
@@ -205,7 +206,7 @@ class RedactionStage:
         out = StageResult()
         failure = RedactionError(reason)
         for ev in events:
-            slots = self._slots(ev)
+            slots = self.slots(ev)
             if not slots:
                 out.events.append(ev)
                 continue
@@ -255,7 +256,7 @@ def cache_id(rule: FieldRule) -> str:
     return f"{rule.kind}.{rule.attr}"
 
 
-def _fit(text: str, limit: int | None) -> str:
+def fit(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[:limit]
 
 
@@ -271,7 +272,7 @@ def _apply(ev: Event, changes: list[tuple[FieldRule, str | None, str]]) -> Event
     for rule, key, text in changes:
         target = envelope if rule.on_envelope else payload
         if key is None:
-            target[rule.attr] = _fit(text, rule.max_length)
+            target[rule.attr] = fit(text, rule.max_length)
         else:
             current = target.get(rule.attr)
             if current is None:
