@@ -55,6 +55,61 @@ BAD_RECORDS: list[tuple[str, bytes]] = [
 ]
 
 
+#: Fake secrets the demo plants in its job's telemetry, the way real jobs leak them; the
+#: redaction stage must remove each before any table or derived topic (the summary checks).
+DEMO_SECRETS = {
+    "hf_token": "hf_DemoOnlyNotARealTokenQwErTyUiOp12",
+    "wandb_key": "0123456789abcdef0123456789abcdef01234567",
+    "db_password": "Demo-Passw0rd!",
+    "user": "alice",
+    "email": "alice.demo@example.com",
+    "aws_key": "AKIADEMO0NOTAREALKEY",
+}
+
+
+def _leaky_events(events: list[Event]) -> list[Event]:
+    """Agent errors echoing a launcher command line, a traceback with a home path and a DSN,
+    and an HTTP error with a signed URL (agent events: the root-cause analysis ignores them, so
+    the demo's incident stays the injected fault)."""
+    from schemas.events import AgentEventEvent
+    from schemas.payloads import AgentEvent
+
+    first = next((e for e in events if e.rank is not None), None)
+    if first is None:
+        return []
+    s = DEMO_SECRETS
+    messages = {
+        "launcher": (
+            f"srun env HF_TOKEN={s['hf_token']} WANDB_API_KEY={s['wandb_key']} torchrun "
+            f"--nnodes 2 /home/{s['user']}/llm/train.py exited 1; owner {s['email']}"
+        ),
+        "metrics_exporter": (
+            f'Traceback (most recent call last):\n  File "/home/{s["user"]}/llm/metrics.py", '
+            f"line 88\npsycopg2.OperationalError: connection to postgresql://trainer:"
+            f"{s['db_password']}@metrics-db:5432/runs failed"
+        ),
+        "checkpoint_uploader": (
+            "HTTPError: 403 Forbidden for url: https://ckpt.s3.amazonaws.com/step_100.pt?"
+            f"X-Amz-Credential={s['aws_key']}%2F20261203%2Fus-east-1&X-Amz-Signature="
+            "4f1c0ffee0ddba11cafe4f1c0ffee0ddba11cafe4f1c0ffee0ddba11cafe4f1c"
+        ),
+    }
+    return [
+        AgentEventEvent(
+            event_id=f"{first.job_id[:40]}-leak-{i}",
+            schema_id="agent_event/1",
+            kind="agent_event",
+            cluster=first.cluster,
+            job_id=first.job_id,
+            node=first.node,
+            ts=first.ts + i,
+            observed_ts=first.observed_ts + i,
+            payload=AgentEvent(event_type="collector_error", collector=name, message=text),
+        )
+        for i, (name, text) in enumerate(messages.items())
+    ]
+
+
 @contextlib.contextmanager
 def _services(settings: Settings, keep: bool, console: Console) -> Iterator[tuple[str, str]]:
     from rankscope.services import ServiceManager, local_services
@@ -95,11 +150,13 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
             home=settings.home,
         )
         events, labels = _events(sim, opts)
+        events += _leaky_events(events)
         with Pipeline(cfg) as pipeline:
             produced = _publish(settings, bootstrap, sim, opts, console, events)
             bad = _inject_bad(settings, bootstrap, job_id) if opts.inject_bad_records else 0
             _wait(pipeline, opts, console)
         report = _summary(client, settings.database, job_id, produced, bad, console)
+        report += _redaction(client, settings.database, job_id, console)
         report += _findings(client, settings.database, job_id, labels, console)
         path = settings.home / "reports" / f"{job_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -261,6 +318,50 @@ def _summary(
     return "\n".join(md)
 
 
+def _redaction(client: Client, database: str, job_id: str, console: Console) -> str:
+    """What the redaction stage removed from this job's telemetry, and proof that the planted
+    secrets are nowhere in ClickHouse."""
+    rows = client.query(
+        f"SELECT kind, field, entity, action, sum(count) AS n FROM {database}.redaction_audit "
+        "FINAL WHERE job_id = %(j)s GROUP BY kind, field, entity, action ORDER BY kind, field, n",
+        parameters={"j": job_id},
+    ).result_rows
+    t = Table(title="redaction (counts from redaction_audit; values are never stored)")
+    for c in ("kind", "field", "entity", "action", "findings"):
+        t.add_column(c, justify="right" if c == "findings" else "left")
+    md = [
+        "",
+        "## Redaction",
+        "",
+        "| kind | field | entity | action | findings |",
+        "|---|---|---|---|---:|",
+    ]
+    for kind, field, entity, action, n in rows:
+        t.add_row(kind, field, entity or "-", action, str(n))
+        md.append(f"| {kind} | {field} | {entity or '-'} | {action} | {n} |")
+    console.print(t)
+    tables = [r[0] for r in client.query(f"SHOW TABLES FROM {database}").result_rows]
+    secrets = list(DEMO_SECRETS.values())
+    secrets.remove(DEMO_SECRETS["user"])  # a common word; the hash proves it is gone
+    found = sum(
+        int(
+            client.query(
+                f"SELECT count() FROM {database}.{table} WHERE "
+                "multiSearchAny(formatRow('TSVRaw', *), %(s)s)",
+                parameters={"s": secrets},
+            ).result_rows[0][0]
+        )
+        for table in tables
+    )
+    line = (
+        f"planted secrets readable in any of {len(tables)} tables: {found} "
+        f"(rankscope redaction audit --job {job_id})"
+    )
+    console.print(f"[bold]{line}[/]")
+    md.append(f"\n{line}")
+    return "\n".join(md) + "\n"
+
+
 def _findings(
     client: Client, database: str, job_id: str, labels: list[FaultLabel], console: Console
 ) -> str:
@@ -300,4 +401,4 @@ def _findings(
     return "\n".join(md) + "\n"
 
 
-__all__ = ["BAD_RECORDS", "DemoOptions", "Path", "run_demo"]
+__all__ = ["BAD_RECORDS", "DEMO_SECRETS", "DemoOptions", "Path", "run_demo"]

@@ -1,5 +1,7 @@
-"""Redaction rules and the fail-closed redaction stage (Presidio). Built in issue 5.
+"""Redaction: reviewable rules (``rules.yaml``) loaded into Presidio, and the fail-closed stage
+that every event passes before any derived topic or table.
 
-Until then the validate stage refuses to quote input values in any dead-letter reason, so no
-raw field content reaches storage through the error path.
+Data flow inside: ``rules`` (the contract) -> ``engine`` (Presidio analyzer and anonymizer,
+pre-filter, keyed hash) -> ``stage`` (field policy, cache, quarantine, audit counts). ``review``
+and ``report`` measure the rules on the labelled corpus for security reviewers.
 """

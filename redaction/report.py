@@ -269,11 +269,20 @@ def write_review(
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     by_id = {i.id: i for i in corpus}
     flagged = [by_id[i] for i in ev.benign_flagged if i in by_id]
+    active = {r.entity for r in rules.recognizers}
+    if rules.settings.nlp.engine != "none":
+        active |= set(rules.settings.nlp.entities)
+    uncovered = sorted(set(rules.entities) - active)
     summary = (
         f"Rules version {rules.version} ({rules_source}); corpus of {ev.corpus_items} labelled "
         f"telemetry strings, {ev.benign_items} of them benign look-alikes; "
         f"{ev.prefilter_skipped} skipped Presidio through the pre-filter. Generated {when}."
     )
+    if uncovered:
+        summary += (
+            f" Not detected in this configuration (no recognizer): {', '.join(uncovered)}"
+            " (names need settings.nlp.engine: spacy and an installed model)."
+        )
     html_parts = [
         "<!doctype html><html lang=en><head><meta charset=utf-8>",
         f"<title>rankscope redaction review {html.escape(rules.version)}</title>",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -58,6 +59,11 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     for code in ("not_json", "unknown_schema", "invalid_event"):
         assert code in out
     assert "Look further with SQL" in out
+    # the planted secrets were found, counted, and are nowhere in ClickHouse
+    assert "redaction (counts from redaction_audit" in out
+    for entity in ("API_TOKEN", "PASSWORD", "HOME_DIR_USER", "CLOUD_ACCESS_KEY"):
+        assert entity in out
+    assert re.search(r"planted secrets readable in any of \d+ tables: 0", out), out[-2000:]
     # the injected fault (default: a GPU falls off the bus) ends in one incident naming it
     assert "incident report" in out
     assert "primary cause: gpu_xid" in out and "XID 79" in out
@@ -88,7 +94,7 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     steps = sorted(row["steps"] for row in rows)
     assert steps[1] == steps[-1] >= 5 and steps[0] < steps[-1]
     tables = ["spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events"]
-    tables += ["fabric_counters", "fabric_events", "comm_events", "node_inventory"]
+    tables += ["fabric_counters", "fabric_events", "comm_events", "node_inventory", "agent_events"]
     total = _cli(
         "query",
         "--clickhouse-url",

@@ -283,3 +283,36 @@ def test_the_diff_names_loosened_and_tightened_rules() -> None:
     assert ("field", "comm_event.message", "loosened") in changes
     assert ("allow", "lab_ips", "loosened") in changes
     assert diff_rules(RULES, RULES) == []
+
+
+def test_an_nlp_model_that_is_not_installed_is_a_clear_error() -> None:
+    doc = _rules_doc()
+    doc["settings"]["nlp"] = {"engine": "spacy", "model": "en_no_such_model"}  # type: ignore[index]
+    with pytest.raises(ValueError, match="en_no_such_model, which is not installed"):
+        PresidioRedactor(parse_rules(yaml.safe_dump(doc)), KEY)
+
+
+def test_the_hash_command_prints_the_workers_token(
+    redactor: PresidioRedactor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from rankscope.cli import app
+
+    monkeypatch.setenv("RANKSCOPE_REDACTION_KEY", KEY.decode())
+    result = CliRunner().invoke(
+        app, ["redaction", "hash", "10.0.3.7", "--home", str(tmp_path)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == redactor.hash_token("IP_ADDRESS", "10.0.3.7")
+
+
+def test_a_missing_key_file_is_created_private_and_reused(tmp_path: Path) -> None:
+    from redaction.keys import load_key
+
+    path = tmp_path / "k" / "redaction.key"
+    assert load_key("RANKSCOPE_TEST_NO_SUCH_VAR", path) is None
+    key = load_key("RANKSCOPE_TEST_NO_SUCH_VAR", path, create=True)
+    assert key is not None and len(key) == 64
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert load_key("RANKSCOPE_TEST_NO_SUCH_VAR", path) == key

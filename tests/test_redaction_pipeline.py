@@ -17,9 +17,11 @@ from typing import Any
 import pytest
 import yaml
 from confluent_kafka import Consumer, TopicPartition
+from typer.testing import CliRunner
 
 from collectors.faults import scenario_suite, simulate_with_faults
 from collectors.publisher import Publisher, PublisherConfig
+from rankscope.cli import app
 from rankscope.pipeline import Pipeline, PipelineConfig
 from redaction.policy import FieldPolicy
 from redaction.rules import DEFAULT_RULES_PATH, load_rules
@@ -195,6 +197,27 @@ def test_no_canary_reaches_any_table_or_derived_topic(pipeline_config: PipelineC
             assert seen >= count, (kind, path, entity, seen, count)
         else:
             assert seen == count, (kind, path, entity, seen, count)
+
+    # the same counts, as an operator reads them
+    result = CliRunner().invoke(
+        app,
+        [
+            "redaction",
+            "audit",
+            "--clickhouse-url",
+            cfg.clickhouse_url,
+            "--database",
+            db,
+            "--by",
+            "entity",
+        ],
+        env={"COLUMNS": "200"},
+    )
+    assert result.exit_code == 0, result.output
+    total = sum(audited.values())
+    assert f"{total:,} findings in" in result.output
+    for entity in ("PRIVATE_KEY", "JWT", "API_TOKEN", "PASSWORD"):
+        assert entity in result.output
 
 
 def _comm(job: str, message: str, ts: int) -> CommEventEvent:
