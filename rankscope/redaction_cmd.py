@@ -87,7 +87,7 @@ def audit(
     hours: Annotated[float, typer.Option(help="Look back this many hours.")] = 24.0,
     by: Annotated[
         str, typer.Option(help="Group by: entity, field, kind, rule (comma-separated).")
-    ] = "kind,field,entity,rule,action",
+    ] = "kind,field,entity,action",
     clickhouse_url: Annotated[
         str | None, typer.Option("--clickhouse-url", envvar="RANKSCOPE_CLICKHOUSE_URL")
     ] = None,
@@ -125,11 +125,11 @@ def audit(
         + " AND ts >= now() - toIntervalSecond({secs:UInt64})",
         parameters=params,
     ).result_rows[0][0]
-    table = Table(*cols, "findings", "first window", "last window", title="redaction audit")
+    table = Table(*cols, "findings", "windows (UTC)", title="redaction audit")
     for r in rows:
-        table.add_row(
-            *(str(r[c]) for c in cols), f"{r['findings']:,}", str(r["first"]), str(r["last"])
-        )
+        first, last = (f"{r[k]:%m-%d %H:%M}" for k in ("first", "last"))
+        span = first if first == last else f"{first} .. {last}"
+        table.add_row(*(str(r[c]) for c in cols), f"{r['findings']:,}", span)
     console.print(table)
     total = sum(int(r["findings"]) for r in rows)
     console.print(

@@ -5,8 +5,14 @@ from __future__ import annotations
 import itertools
 import time
 
-from schemas.events import GpuSampleEvent, HeartbeatEvent, SchedulerEventEvent, SpanEvent
-from schemas.payloads import GpuSample, Heartbeat, SchedulerEvent, Span
+from schemas.events import (
+    CommEventEvent,
+    GpuSampleEvent,
+    HeartbeatEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+)
+from schemas.payloads import CommEvent, GpuSample, Heartbeat, SchedulerEvent, Span
 
 _ids = itertools.count(1)
 NOW_NS = (time.time_ns() // 10**9) * 10**9
@@ -91,4 +97,32 @@ def scheduler(event_type: str, ts: int, job: str = "job-1") -> SchedulerEventEve
         ts=ts,
         observed_ts=ts,
         payload=SchedulerEvent(source="simulator", event_type=event_type),  # type: ignore[arg-type]
+    )
+
+
+def comm(
+    message: str,
+    ts: int = NOW_NS,
+    job: str = "job-1",
+    node: str = "node001",
+    rank: int = 1,
+    peer: str = "",
+    event_type: str = "nccl_warn",
+) -> CommEventEvent:
+    return CommEventEvent(
+        event_id=eid(),
+        schema="comm_event/1",
+        kind="comm_event",
+        cluster="c1",
+        job_id=job,
+        node=node,
+        rank=rank,
+        ts=ts,
+        observed_ts=ts,
+        payload=CommEvent(
+            source="nccl",
+            event_type=event_type,  # type: ignore[arg-type]
+            message=message,
+            peer=peer,
+        ),
     )

@@ -14,8 +14,7 @@ from redaction.review import diff_rules
 from redaction.rules import DEFAULT_RULES_PATH, load_rules, parse_rules
 from redaction.stage import DROPPED, QUARANTINED, RedactionStage
 from schemas.events import CommEventEvent, SpanEvent
-from schemas.payloads import CommEvent
-from tests.factories import NOW_NS, eid, span
+from tests.factories import NOW_NS, comm, span
 
 KEY = b"unit-test-key-0123456789abcdef"
 RULES = load_rules()
@@ -34,19 +33,8 @@ def _rules_doc() -> dict[str, object]:
     return doc
 
 
-def _comm(message: str, peer: str = "", node: str = "node001") -> CommEventEvent:
-    return CommEventEvent(
-        event_id=eid(),
-        schema="comm_event/1",
-        kind="comm_event",
-        cluster="c1",
-        job_id="job-r",
-        node=node,
-        rank=3,
-        ts=NOW_NS,
-        observed_ts=NOW_NS,
-        payload=CommEvent(source="nccl", event_type="nccl_error", message=message, peer=peer),
-    )
+def _comm(message: str, peer: str = "") -> CommEventEvent:
+    return comm(message, job="job-r", rank=3, peer=peer, event_type="nccl_error")
 
 
 def _span_with(attributes: dict[str, str | int], error: str = "") -> SpanEvent:

@@ -25,10 +25,9 @@ from rankscope.cli import app
 from rankscope.pipeline import Pipeline, PipelineConfig
 from redaction.policy import FieldPolicy
 from redaction.rules import DEFAULT_RULES_PATH, load_rules
-from schemas.events import CommEventEvent, Event
-from schemas.payloads import CommEvent
+from schemas.events import Event
 from sinks.clickhouse import connect
-from tests.factories import NOW_NS, eid
+from tests.factories import NOW_NS, comm, eid
 
 MARKERS = ["canary", "192.0.2."]  # every canary holds one of these (case-insensitive)
 
@@ -220,21 +219,6 @@ def test_no_canary_reaches_any_table_or_derived_topic(pipeline_config: PipelineC
         assert entity in result.output
 
 
-def _comm(job: str, message: str, ts: int) -> CommEventEvent:
-    return CommEventEvent(
-        event_id=eid(),
-        schema="comm_event/1",
-        kind="comm_event",
-        cluster="c1",
-        job_id=job,
-        node="node001",
-        rank=1,
-        ts=ts,
-        observed_ts=ts,
-        payload=CommEvent(source="nccl", event_type="nccl_warn", message=message),
-    )
-
-
 def test_an_event_that_cannot_be_redacted_is_quarantined_and_the_rest_flow(
     pipeline_config: PipelineConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -255,9 +239,11 @@ def test_an_event_that_cannot_be_redacted_is_quarantined_and_the_rest_flow(
     monkeypatch.setenv("RANKSCOPE_REDACTION_RULES", str(rules))
     cfg = pipeline_config
     secret = "AKIAQUARANTINE00TEST"
-    first = [_comm("fc-job", f"NET/IB warning {i} at 10.0.0.{i}", NOW_NS + i) for i in range(30)]
-    poison = _comm("fc-job", f"{'a' * 64}! {secret}", NOW_NS + 100)
-    later = [_comm("fc-job", f"late warning {i} key {secret}", NOW_NS + 200 + i) for i in range(10)]
+    first = [comm(f"NET/IB warning {i} at 10.0.0.{i}", NOW_NS + i, job="fc-job") for i in range(30)]
+    poison = comm(f"{'a' * 64}! {secret}", NOW_NS + 100, job="fc-job")
+    later = [
+        comm(f"late warning {i} key {secret}", NOW_NS + 200 + i, job="fc-job") for i in range(10)
+    ]
     pub_cfg = PublisherConfig(bootstrap=cfg.bootstrap, topic_prefix=cfg.topic_prefix)
     pipeline = Pipeline(cfg)
     pipeline.start()
