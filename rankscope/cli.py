@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -160,33 +161,78 @@ def migrate(
 @app.command()
 def query(
     sql: Annotated[
-        str, typer.Argument(help='SQL to run, e.g. "SELECT count() FROM rankscope.spans"')
+        str,
+        typer.Argument(
+            help='A named query (see `rankscope queries`) or SQL, e.g. "SELECT count() FROM '
+            'rankscope.spans"'
+        ),
     ],
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="A named query's parameter, as key=value (repeat)."),
+    ] = None,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = Path(".rankscope"),
+    database: DatabaseOpt = "rankscope",
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
 ) -> None:
-    """Run SQL against the pipeline's ClickHouse (the local engine when no URL is given)."""
+    """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse."""
     from sinks.clickhouse import connect
+    from sinks.named_queries import load_queries
 
     url = clickhouse_url or local_clickhouse_url(home)
-    result = connect(url).query(sql)
-    names = list(result.column_names)
+    client = connect(url)
+    queries = load_queries()
+    if sql in queries:
+        values = {}
+        for item in param or []:
+            key, sep, value = item.partition("=")
+            if not sep:
+                raise typer.BadParameter(f"{item!r}: use key=value", param_hint="--param")
+            values[key] = value
+        try:
+            bound = queries[sql].bind(values, database)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--param") from exc
+        result = client.query(queries[sql].sql, parameters=bound)
+    elif param:
+        raise typer.BadParameter(f"{sql!r} is not a named query; --param is for those")
+    else:
+        result = client.query(sql)
+    _print_result(list(result.column_names), result.result_rows, fmt)
+
+
+def _print_result(names: list[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
     if fmt == "json":
         console.print_json(
-            json.dumps([dict(zip(names, r, strict=True)) for r in result.result_rows], default=str)
+            json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str)
         )
     elif fmt == "csv":
         import csv
 
         w = csv.writer(sys.stdout)
         w.writerow(names)
-        w.writerows(result.result_rows)
+        w.writerows(rows)
     else:
         table = Table(*names)
-        for r in result.result_rows:
+        for r in rows:
             table.add_row(*("" if v is None else str(v) for v in r))
         console.print(table)
+
+
+@app.command()
+def queries() -> None:
+    """List the named queries of the SQL library with their parameters."""
+    from sinks.named_queries import load_queries
+
+    empty = "''"
+    table = Table("name", "what it answers", "parameters")
+    for q in load_queries().values():
+        params = ", ".join(
+            p.name if p.default is None else f"{p.name}={p.default or empty}" for p in q.params
+        )
+        table.add_row(q.name, q.summary, params)
+    console.print(table)
 
 
 def local_clickhouse_url(home: Path) -> str:

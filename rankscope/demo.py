@@ -321,11 +321,12 @@ def _summary(
 def _redaction(client: Client, database: str, job_id: str, console: Console) -> str:
     """What the redaction stage removed from this job's telemetry, and proof that the planted
     secrets are nowhere in ClickHouse."""
-    rows = client.query(
-        f"SELECT kind, field, entity, action, sum(count) AS n FROM {database}.redaction_audit "
-        "FINAL WHERE job_id = %(j)s GROUP BY kind, field, entity, action ORDER BY kind, field, n",
-        parameters={"j": job_id},
-    ).result_rows
+    from sinks.named_queries import run_query
+
+    rows = [
+        (r["kind"], r["field"], r["entity"], r["action"], r["findings"])
+        for r in run_query(client, "redaction_audit", database, {"job_id": job_id}).named_results()
+    ]
     t = Table(title="redaction (counts from redaction_audit; values are never stored)")
     for c in ("kind", "field", "entity", "action", "findings"):
         t.add_column(c, justify="right" if c == "findings" else "left")

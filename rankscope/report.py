@@ -56,13 +56,10 @@ def location(row: dict[str, Any]) -> str:
 def incident_rows(
     client: Client, database: str, job_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    where = "WHERE job_id = %(j)s" if job_id else ""
-    res = client.query(
-        f"SELECT * FROM {database}.incidents FINAL {where} ORDER BY first_cause_ts_ns DESC "
-        f"LIMIT {int(limit)}",
-        parameters={"j": job_id} if job_id else None,
-    )
-    return list(res.named_results())
+    from sinks.named_queries import run_query
+
+    values = {"job_id": job_id or "", "limit": str(int(limit))}
+    return list(run_query(client, "incidents", database, values).named_results())
 
 
 def render_incident(row: dict[str, Any], max_evidence: int = 25) -> Panel:
