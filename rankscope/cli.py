@@ -418,6 +418,23 @@ def _register_agent() -> None:
 _register_agent()
 
 
+grafana_app = typer.Typer(help="Grafana dashboards as code.", no_args_is_help=True)
+app.add_typer(grafana_app, name="grafana")
+
+
+@grafana_app.command("build")
+def grafana_build(
+    out: Annotated[
+        Path | None, typer.Option(help="Directory (default: compose/grafana/dashboards).")
+    ] = None,
+) -> None:
+    """Write the dashboards (JSON for Grafana's file provisioning) from rankscope/grafana.py."""
+    from rankscope.grafana import DASHBOARDS_DIR, write_dashboards
+
+    for path in write_dashboards(out or DASHBOARDS_DIR):
+        console.print(f"wrote {path}")
+
+
 def _register_redaction() -> None:
     """``rankscope redaction review|audit|hash``."""
     from rankscope.redaction_cmd import redaction_app

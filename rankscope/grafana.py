@@ -1,0 +1,399 @@
+"""Grafana dashboards as code, built with grafana-foundation-sdk; ``rankscope grafana build``.
+
+Panels query the official ClickHouse datasource plugin with raw SQL: Grafana's macros
+(``$__timeFilter(ts)``, ``$__timeInterval(ts)``) and dashboard variables (``${cluster}``,
+``${job}``, ``${node}``, ``${rank}``). Where a panel answers a question of the named SQL library
+it runs that file, its parameters bound to variables, so the dashboards and the CLI cannot
+drift apart. Table names are unqualified: the datasource's default database applies.
+
+``expand`` does what the plugin does to a panel's SQL before it reaches ClickHouse; the tests
+run every panel that way against an engine loaded with a simulated job.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from grafana_foundation_sdk.builders import dashboard as gd
+from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef
+
+from sinks.named_queries import load_queries
+
+DATASOURCE = DataSourceRef(type_val="grafana-clickhouse-datasource", uid="rankscope-clickhouse")
+DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "compose" / "grafana" / "dashboards"
+Format = Literal["table", "time_series"]
+
+
+class _ClickHouseQuery(cogvariants.Dataquery):
+    """The ClickHouse plugin's query model (raw SQL editor)."""
+
+    def __init__(self, ref_id: str, sql: str, fmt: Format) -> None:
+        self.ref_id, self.sql, self.fmt = ref_id, sql, fmt
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "refId": self.ref_id,
+            "datasource": {"type": DATASOURCE.type_val, "uid": DATASOURCE.uid},
+            "editorType": "sql",
+            "queryType": "timeseries" if self.fmt == "time_series" else "table",
+            "format": 0 if self.fmt == "time_series" else 1,
+            "rawSql": self.sql,
+        }
+
+
+class ClickHouseSql(cogbuilder.Builder[cogvariants.Dataquery]):
+    def __init__(self, sql: str, fmt: Format = "table", ref_id: str = "A") -> None:
+        self._query = _ClickHouseQuery(ref_id, sql, fmt)
+
+    def build(self) -> cogvariants.Dataquery:
+        return self._query
+
+
+def named(name: str, **params: str) -> str:
+    """A named query's SQL for a panel: its parameters bound to Grafana expressions (quoted
+    variables such as ``'${job}'``), the database left to the datasource."""
+    q = load_queries()[name]
+    sql = q.sql.replace("{db:Identifier}.", "")
+    for p in q.params:
+        value = params.get(p.name)
+        if value is None:
+            if p.default is None:
+                raise ValueError(f"{name}: panel must bind {p.name}")
+            value = p.default if p.type in ("Identifier",) else _literal(p.type, p.default)
+        sql = sql.replace(f"{{{p.name}:{p.type}}}", value)
+    return sql
+
+
+def _literal(ptype: str, value: str) -> str:
+    return f"'{value}'" if ptype == "String" else value
+
+
+# -- the dashboards ------------------------------------------------------------------------------
+JOB_FILTER = "cluster IN (${cluster:singlequote}) AND job_id = '${job}'"
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    title: str
+    kind: Literal["timeseries", "table", "stat", "heatmap"]
+    sql: str
+    fmt: Format = "table"
+    unit: str = ""
+    width: int = 12
+    height: int = 8
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class DashboardSpec:
+    uid: str
+    title: str
+    description: str
+    panels: list[PanelSpec]
+    variables: list[str] = field(default_factory=lambda: ["cluster", "job", "node", "rank"])
+
+
+def _variables() -> dict[str, str]:
+    """Variable name -> its query (each narrows by the ones before it)."""
+    return {
+        "cluster": "SELECT DISTINCT cluster FROM spans WHERE $__timeFilter(ts) ORDER BY cluster",
+        "job": (
+            "SELECT job_id FROM spans WHERE $__timeFilter(ts) AND cluster IN "
+            "(${cluster:singlequote}) GROUP BY job_id ORDER BY max(ts) DESC"
+        ),
+        "node": (
+            f"SELECT DISTINCT node FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+            "ORDER BY node"
+        ),
+        "rank": (
+            f"SELECT DISTINCT rank FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+            "ORDER BY rank"
+        ),
+    }
+
+
+DASHBOARDS: list[DashboardSpec] = [
+    DashboardSpec(
+        "rankscope-fleet",
+        "rankscope / fleet overview",
+        "Every job in the time range: size, progress, incidents, stragglers, hangs.",
+        [
+            PanelSpec(
+                "Jobs",
+                "table",
+                named(
+                    "jobs_overview",
+                    hours="toUInt32(($__toTime - $__fromTime) / 3600 + 1)",
+                    cluster="'${cluster}'",
+                ),
+                width=24,
+            ),
+            PanelSpec(
+                "Incidents per hour by cause",
+                "timeseries",
+                "SELECT $__timeInterval(first_cause_ts) AS time, cause_class, count() AS incidents "
+                "FROM incidents FINAL WHERE $__timeFilter(first_cause_ts) AND cluster IN "
+                "(${cluster:singlequote}) GROUP BY time, cause_class ORDER BY time",
+                fmt="time_series",
+            ),
+            PanelSpec(
+                "GPU utilisation by job",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, job_id, avg(sm_util_pct) AS util "
+                "FROM gpu_samples WHERE $__timeFilter(ts) AND cluster IN (${cluster:singlequote}) "
+                "AND job_id != '' GROUP BY time, job_id ORDER BY time",
+                fmt="time_series",
+                unit="percent",
+            ),
+        ],
+        variables=["cluster"],
+    ),
+    DashboardSpec(
+        "rankscope-job",
+        "rankscope / job drill-down",
+        "One job: per-rank step time heatmap, the incident timeline, GPU utilisation per rank.",
+        [
+            PanelSpec(
+                "Step time per rank and window (s)",
+                "heatmap",
+                "SELECT window_start AS time, toString(rank) AS rank, step_time_mean_s AS value "
+                f"FROM rank_windows FINAL WHERE {JOB_FILTER} AND $__timeFilter(window_start) "
+                "ORDER BY time, rank",
+                width=24,
+            ),
+            PanelSpec(
+                "Incident timeline",
+                "table",
+                named("incident_timeline", job_id="'${job}'"),
+                width=24,
+            ),
+            PanelSpec(
+                "GPU utilisation per rank",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(sm_util_pct) "
+                f"AS util FROM gpu_samples WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+                "AND node IN (${node:singlequote}) GROUP BY time, rank ORDER BY time",
+                fmt="time_series",
+                unit="percent",
+            ),
+            PanelSpec(
+                "Step time of the selected ranks (s)",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(duration_s) "
+                f"AS step_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) AND phase = 'step' "
+                "AND rank IN (${rank}) GROUP BY time, rank ORDER BY time",
+                fmt="time_series",
+                unit="s",
+            ),
+        ],
+    ),
+    DashboardSpec(
+        "rankscope-stragglers",
+        "rankscope / stragglers",
+        "Straggler findings and the compute time of each rank relative to the job's median.",
+        [
+            PanelSpec(
+                "Straggler findings",
+                "table",
+                named("straggler_history", job_id="'${job}'"),
+                width=24,
+            ),
+            PanelSpec(
+                "Compute (forward + backward) time per rank (s)",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, sum(duration_s) "
+                f"AS compute_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+                "AND phase IN ('forward', 'backward') GROUP BY time, rank ORDER BY time",
+                fmt="time_series",
+                unit="s",
+                width=24,
+            ),
+        ],
+    ),
+    DashboardSpec(
+        "rankscope-fabric",
+        "rankscope / fabric",
+        "XIDs and link errors per node against the NCCL errors that followed; port counters.",
+        [
+            PanelSpec(
+                "Hardware errors and the NCCL errors that followed",
+                "table",
+                named(
+                    "xid_link_vs_nccl",
+                    hours="toUInt32(($__toTime - $__fromTime) / 3600 + 1)",
+                    cluster="'${cluster}'",
+                ),
+                width=24,
+            ),
+            PanelSpec(
+                "IB transmit rate per node (bytes/s)",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, node, "
+                "sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM fabric_counters "
+                "WHERE $__timeFilter(ts) AND cluster IN (${cluster:singlequote}) "
+                "AND node IN (${node:singlequote}) GROUP BY time, node ORDER BY time",
+                fmt="time_series",
+                unit="Bps",
+                width=24,
+            ),
+        ],
+    ),
+    DashboardSpec(
+        "rankscope-goodput",
+        "rankscope / goodput and energy",
+        "Productive GPU time versus time lost, its cost, and energy per step.",
+        [
+            PanelSpec("Goodput", "table", named("goodput", job_id="'${job}'"), width=24),
+            PanelSpec("Energy", "table", named("energy_per_step", job_id="'${job}'"), width=24),
+            PanelSpec(
+                "Power per node (W)",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, node, sum(power_w) / "
+                "greatest(uniqExact(ts), 1) * uniqExact(gpu) AS power_w FROM gpu_samples "
+                f"WHERE {JOB_FILTER} AND $__timeFilter(ts) GROUP BY time, node ORDER BY time",
+                fmt="time_series",
+                unit="watt",
+                width=24,
+            ),
+        ],
+    ),
+    DashboardSpec(
+        "rankscope-redaction",
+        "rankscope / redaction audit",
+        "What redaction found and did (counts, never values), and quarantined events.",
+        [
+            PanelSpec(
+                "Findings",
+                "table",
+                named(
+                    "redaction_audit",
+                    hours="toUInt32(($__toTime - $__fromTime) / 3600 + 1)",
+                    job_id="''",
+                ),
+                width=24,
+            ),
+            PanelSpec(
+                "Findings over time by entity",
+                "timeseries",
+                "SELECT $__timeInterval(window_start) AS time, entity, sum(count) AS findings "
+                "FROM redaction_audit FINAL WHERE $__timeFilter(window_start) "
+                "GROUP BY time, entity ORDER BY time",
+                fmt="time_series",
+                width=24,
+            ),
+        ],
+        variables=[],
+    ),
+]
+
+
+def _panel(spec: PanelSpec) -> Any:
+    builders: dict[str, Any] = {
+        "timeseries": timeseries.Panel,
+        "table": table.Panel,
+        "stat": stat.Panel,
+        "heatmap": heatmap.Panel,
+    }
+    p = (
+        builders[spec.kind]()
+        .title(spec.title)
+        .datasource(DATASOURCE)
+        .with_target(ClickHouseSql(spec.sql, spec.fmt))
+        .height(spec.height)
+        .span(spec.width)
+    )
+    if spec.unit:
+        p = p.unit(spec.unit)
+    if spec.description:
+        p = p.description(spec.description)
+    return p
+
+
+def build_dashboard(spec: DashboardSpec) -> dict[str, Any]:
+    d = (
+        gd.Dashboard(spec.title)
+        .uid(spec.uid)
+        .description(spec.description)
+        .tags(["rankscope", "generated"])
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("utc")
+    )
+    queries = _variables()
+    for name in spec.variables:
+        multi = name in ("node", "rank")
+        v = (
+            gd.QueryVariable(name)
+            .label(name)
+            .query(queries[name])
+            .datasource(DATASOURCE)
+            .multi(multi)
+            .include_all(multi)
+        )
+        d = d.with_variable(v)
+    for panel in spec.panels:
+        d = d.with_panel(_panel(panel))
+    doc: dict[str, Any] = json.loads(json.dumps(d.build(), cls=JSONEncoder))
+    return doc
+
+
+def write_dashboards(out: Path = DASHBOARDS_DIR) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for spec in DASHBOARDS:
+        path = out / f"{spec.uid}.json"
+        path.write_text(json.dumps(build_dashboard(spec), indent=2, sort_keys=True) + "\n")
+        paths.append(path)
+    return paths
+
+
+# -- what the plugin does to the SQL -------------------------------------------------------------
+def _dt(t: datetime) -> str:
+    return f"toDateTime({int(t.timestamp())})"
+
+
+def expand(
+    sql: str, start: datetime, end: datetime, interval_s: float, variables: dict[str, list[str]]
+) -> str:
+    """Expand the ClickHouse plugin's macros and Grafana's variables as they reach the server."""
+
+    def macro(m: re.Match[str]) -> str:
+        name, arg = m.group(1), (m.group(2) or "").strip()
+        if name == "timeFilter":
+            return f"{arg} >= {_dt(start)} AND {arg} <= {_dt(end)}"
+        if name == "timeInterval":
+            seconds = max(math.floor(interval_s), 1)
+            return f"toStartOfInterval(toDateTime({arg}), INTERVAL {seconds} second)"
+        if name == "fromTime":
+            return _dt(start)
+        if name == "toTime":
+            return _dt(end)
+        if name == "interval_s":
+            return str(max(int(interval_s), 1))
+        raise ValueError(f"macro $__{name} is not expanded here")
+
+    sql = re.sub(r"\$__(\w+)(?:\(([^()]*)\))?", macro, sql)
+
+    def variable(m: re.Match[str]) -> str:
+        name, fmt = m.group(1) or m.group(3), m.group(2)
+        values = variables[name]
+        if fmt == "singlequote":
+            return ",".join("'" + v.replace("'", "\\'") + "'" for v in values)
+        return ",".join(values)
+
+    return re.sub(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)", variable, sql)
+
+
+def panels(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """(title, rawSql) of every panel target of a built dashboard."""
+    return [(p["title"], t["rawSql"]) for p in doc.get("panels", []) for t in p.get("targets", [])]
