@@ -26,6 +26,7 @@ from collectors.simulator import SimulationConfig, pace, simulate
 from rankscope.incident_report import write_incident_report
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.plots import heatmap_png, timeline_png
 from rankscope.settings import Settings
 from schemas.events import Event
 from sinks.clickhouse import connect, migrate
@@ -162,9 +163,18 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report)
         page = write_incident_report(client, settings.database, job_id, path.parent)
+        pictures = [
+            p
+            for p in (
+                heatmap_png(client, settings.database, job_id, path.with_suffix(".heatmap.png")),
+                timeline_png(client, settings.database, job_id, path.with_suffix(".timeline.png")),
+            )
+            if p is not None
+        ]
         console.print(
             f"\nreport written to [bold]{path}[/]; incident report for a reviewer: "
-            f"[bold]{page}[/]   ({time.monotonic() - t0:.1f}s in all)"
+            f"[bold]{page}[/]; pictures: {', '.join(str(p) for p in pictures) or 'none'}   "
+            f"({time.monotonic() - t0:.1f}s in all)"
         )
     return 0
 

@@ -73,6 +73,10 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     summary = [p for p in reports if not p.name.endswith(".incidents.md")]
     assert len(summary) == 1 and "## Windows per rank" in summary[0].read_text()
     # the reviewer's page, rebuilt from ClickHouse: the cause and the mechanism behind the cascade
+    # the pictures, from the same named queries as the Grafana panels
+    for suffix in (".heatmap.png", ".timeline.png"):
+        (png,) = (tmp_path / "home" / "reports").glob(f"*{suffix}")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     pages = list((tmp_path / "home" / "reports").glob("*.incidents.html"))
     assert len(pages) == 1
     page = pages[0].read_text()

@@ -8,6 +8,7 @@ import json
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from clickhouse_connect.driver.client import Client
@@ -148,3 +149,19 @@ def test_a_one_job_one_hour_panel_reads_a_small_share_of_the_table(services: Ser
     assert of > 0 and read / of < 0.05, granules
     rows_read = client.query(expanded).summary.get("read_rows")
     assert rows_read is not None and int(rows_read) < total * 0.05
+
+
+def test_the_demo_pictures_come_from_the_named_queries(
+    demo: tuple[Client, DemoData], tmp_path: Path
+) -> None:
+    from rankscope.plots import heatmap_png, timeline_png
+
+    client, data = demo
+    db = client.database or ""
+    heat = heatmap_png(client, db, data.job_id, tmp_path / "h.png")
+    line = timeline_png(client, db, data.job_id, tmp_path / "t.png")
+    for png in (heat, line):
+        assert png is not None and png.read_bytes()[:4] == b"\x89PNG"
+        assert png.stat().st_size > 10_000
+    assert heatmap_png(client, db, "no-such-job", tmp_path / "x.png") is None
+    assert not (tmp_path / "x.png").exists()
