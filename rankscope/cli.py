@@ -148,14 +148,35 @@ def migrate(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = Path(".rankscope"),
     database: DatabaseOpt = "rankscope",
+    ttl_days: Annotated[
+        int | None,
+        typer.Option(help="Retention for every table, in days (0: keep forever)."),
+    ] = None,
+    ttl: Annotated[
+        list[str] | None,
+        typer.Option(help="Retention of one table, as table=days (repeat); wins over --ttl-days."),
+    ] = None,
 ) -> None:
-    """Apply pending ClickHouse migrations (safe to run twice)."""
-    from sinks.clickhouse import connect
+    """Apply pending ClickHouse migrations (safe to run twice), and set retention if asked."""
+    from sinks.clickhouse import TIME_COLUMNS, apply_ttl, connect
     from sinks.clickhouse import migrate as run_migrations
 
     url = clickhouse_url or local_clickhouse_url(home)
-    applied = run_migrations(connect(url), database)
+    client = connect(url)
+    applied = run_migrations(client, database)
     console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
+    days: dict[str, int] = dict.fromkeys(TIME_COLUMNS, ttl_days) if ttl_days is not None else {}
+    for item in ttl or []:
+        table, sep, n = item.partition("=")
+        if not sep or not n.isdigit():
+            raise typer.BadParameter(f"{item!r}: use table=days", param_hint="--ttl")
+        days[table] = int(n)
+    if days:
+        try:
+            apply_ttl(client, database, days)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--ttl") from exc
+        console.print(f"retention set on {len(days)} table(s)")
 
 
 @app.command()

@@ -87,3 +87,47 @@ def migrate(client: Client, database: str) -> list[Migration]:
         )
         applied.append(mig)
     return applied
+
+
+#: table -> its time column, for retention (TTL)
+TIME_COLUMNS: dict[str, str] = {
+    "spans": "ts",
+    "gpu_samples": "ts",
+    "gpu_events": "ts",
+    "heartbeats": "ts",
+    "scheduler_events": "ts",
+    "fabric_counters": "ts",
+    "fabric_events": "ts",
+    "comm_events": "ts",
+    "node_inventory": "ts",
+    "agent_events": "ts",
+    "rank_windows": "window_start",
+    "late_events": "ts",
+    "deadletter": "received_at",
+    "detections": "onset_ts",
+    "incidents": "first_cause_ts",
+    "redaction_audit": "window_start",
+    "redaction_quarantine": "ts",
+    "gpu_minute": "minute",
+    "node_hour": "hour",
+}
+
+
+def apply_ttl(client: Client, database: str, days: dict[str, int]) -> dict[str, int]:
+    """Keep each table's rows this many days (0: forever); ClickHouse drops older parts/rows
+    in the background. Safe to run again with other values. Returns what was set."""
+    check_database_name(database)
+    unknown = sorted(set(days) - set(TIME_COLUMNS))
+    if unknown:
+        raise ValueError(f"no retention for {unknown}; tables: {sorted(TIME_COLUMNS)}")
+    for table, n in days.items():
+        if n < 0:
+            raise ValueError(f"{table}: retention must be >= 0 days")
+        if n == 0:
+            client.command(f"ALTER TABLE {database}.{table} REMOVE TTL")
+        else:
+            col = TIME_COLUMNS[table]
+            client.command(
+                f"ALTER TABLE {database}.{table} MODIFY TTL toDateTime({col}) + toIntervalDay({n})"
+            )
+    return days

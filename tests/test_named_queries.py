@@ -489,6 +489,44 @@ def test_incidents(known: tuple[Client, str]) -> None:
     assert len(_rows(known, "incidents", limit="0")) == 0
 
 
+def test_rollups_follow_the_inserts(known: tuple[Client, str]) -> None:
+    client, db = known
+    minutes = client.query(
+        f"SELECT sum(samples), round(avgMerge(util_avg), 1), round(avgMerge(power_avg), 1), "
+        f"min(energy_min), max(energy_max) FROM {db}.gpu_minute WHERE job_id = '{JOB}'"
+    ).result_rows
+    assert minutes == [(8, 90.0, 400.0, 1_000_000, 21_000_000)]
+    hours = client.query(
+        f"SELECT node, sum(xids), sum(gpu_events), sum(link_errors), sum(nccl_errors) "
+        f"FROM {db}.node_hour GROUP BY node ORDER BY node"
+    ).result_rows
+    assert hours == [("node000", 0, 1, 0, 3), ("node001", 1, 1, 1, 0)]
+
+
+def test_retention_is_set_per_table(known: tuple[Client, str]) -> None:
+    from sinks.clickhouse import apply_ttl
+
+    client, db = known
+    apply_ttl(client, db, {"heartbeats": 30, "late_events": 7})
+    ddl = dict(
+        client.query(
+            f"SELECT name, create_table_query FROM system.tables WHERE database = '{db}' "
+            "AND name IN ('heartbeats', 'late_events', 'spans')"
+        ).result_rows
+    )
+    assert "TTL toDateTime(ts) + toIntervalDay(30)" in ddl["heartbeats"]
+    assert "toIntervalDay(7)" in ddl["late_events"]
+    assert "TTL" not in ddl["spans"]
+    apply_ttl(client, db, {"heartbeats": 0})
+    ddl_after = client.query(
+        "SELECT create_table_query FROM system.tables "
+        f"WHERE database = '{db}' AND name = 'heartbeats'"
+    ).result_rows[0][0]
+    assert "TTL" not in ddl_after
+    with pytest.raises(ValueError, match="no retention"):
+        apply_ttl(client, db, {"nope": 1})
+
+
 def test_parameters_are_checked_before_the_server_sees_them() -> None:
     q = load_queries()["goodput"]
     with pytest.raises(ValueError, match=r"job_id .* is required"):
