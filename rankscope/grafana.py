@@ -147,13 +147,24 @@ DASHBOARDS: list[DashboardSpec] = [
                 fmt="time_series",
             ),
             PanelSpec(
-                "GPU utilisation by job",
+                "GPU utilisation by job (from the per-minute rollup)",
                 "timeseries",
-                "SELECT $__timeInterval(ts) AS time, job_id, avg(sm_util_pct) AS util "
-                "FROM gpu_samples WHERE $__timeFilter(ts) AND cluster IN (${cluster:singlequote}) "
-                "AND job_id != '' GROUP BY time, job_id ORDER BY time",
+                "SELECT $__timeInterval(minute) AS time, job_id, avgMerge(util_avg) AS util "
+                "FROM gpu_minute WHERE minute >= toStartOfMinute($__fromTime) "
+                "AND minute <= $__toTime AND job_id != '' "
+                "GROUP BY time, job_id ORDER BY time",
                 fmt="time_series",
                 unit="percent",
+            ),
+            PanelSpec(
+                "Hardware and NCCL errors per hour (from the per-node rollup)",
+                "timeseries",
+                "SELECT $__timeInterval(hour) AS time, sum(xids) AS xids, "
+                "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors FROM node_hour "
+                "WHERE hour >= toStartOfHour($__fromTime) AND hour <= $__toTime "
+                "AND cluster IN (${cluster:singlequote}) "
+                "GROUP BY time ORDER BY time",
+                fmt="time_series",
             ),
         ],
         variables=["cluster"],
