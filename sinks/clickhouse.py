@@ -19,6 +19,7 @@ from clickhouse_connect.driver.client import Client
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+_NAMED = re.compile(r"\{named:(\w+)\}")
 
 
 def connect(url: str, **kwargs: Any) -> Client:
@@ -38,10 +39,24 @@ class Migration:
     path: Path
 
     def statements(self, database: str) -> list[str]:
+        """The file's statements for ``database``; ``{named:NAME}`` becomes that named query's
+        SQL, so views and the library cannot drift apart."""
         text = self.path.read_text()
         lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("--")]
         body = "\n".join(lines).replace("{db}", database)
-        return [s.strip() for s in body.split(";") if s.strip()]
+        out = [s.strip() for s in body.split(";") if s.strip()]
+        if "{named:" in body:
+            from sinks.named_queries import load_queries
+
+            queries = load_queries()
+            out = [
+                _NAMED.sub(
+                    lambda m: queries[m.group(1)].sql.replace("{db:Identifier}.", f"{database}."),
+                    stmt,
+                )
+                for stmt in out
+            ]
+        return out
 
 
 def available_migrations() -> list[Migration]:

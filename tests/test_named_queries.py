@@ -489,6 +489,16 @@ def test_incidents(known: tuple[Client, str]) -> None:
     assert len(_rows(known, "incidents", limit="0")) == 0
 
 
+def test_goodput_and_energy_are_also_views(known: tuple[Client, str]) -> None:
+    client, db = known
+    view = client.query(
+        f"SELECT * FROM {db}.job_goodput(job_id = '{JOB}', price_per_gpu_hour = 3)"
+    ).named_results()
+    assert list(view) == _rows(known, "goodput", job_id=JOB, price_per_gpu_hour="3")
+    energy = client.query(f"SELECT * FROM {db}.job_energy(job_id = '{JOB}')").named_results()
+    assert list(energy) == _rows(known, "energy_per_step", job_id=JOB)
+
+
 def test_rollups_follow_the_inserts(known: tuple[Client, str]) -> None:
     client, db = known
     minutes = client.query(
