@@ -246,3 +246,52 @@ class RedactionAudit(BaseModel):
     def make_id(record: str, *dims: str) -> str:
         raw = "|".join((record, *dims)).encode()
         return hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+RecoveryAction = Literal[
+    "dump_stacks", "restart_from_checkpoint", "exclude_node_and_restart", "drain_node", "escalate"
+]
+RecoveryStage = Literal[
+    "decided",  # the policy chose an action (the actuator runs it once per key)
+    "suppressed",  # a rule matched but a bound, the breaker or a pause held it back
+    "succeeded",  # the actuator ran the action
+    "failed",  # the actuator could not run it
+    "progress_resumed",  # the job's step counter moved after the action
+    "progress_not_resumed",  # it did not, within the deadline
+]
+
+
+class RecoveryEvent(BaseModel):
+    """One step of automated recovery, on ``<p>.recovery``: auditable and replayable.
+
+    ``key`` is the idempotency key of the action (job, trigger, rule, attempt): every stage of
+    one action shares it, and an actuator runs a key at most once.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    stage: RecoveryStage
+    action: RecoveryAction
+    cluster: str
+    job_id: str
+    node: str = ""
+    rank: int | None = None
+    rule: str
+    reason: str = Field(max_length=2048)
+    trigger_id: str = Field(description="The incident or detection that triggered it.")
+    attempt: int = Field(ge=1, description="Recovery attempts for this job, this one included.")
+    ts: int = Field(description="Event time of the decision or outcome, ns.")
+    not_before_ts: int = Field(default=0, description="Backoff: run no earlier than this (ns).")
+
+    @property
+    def event_id(self) -> str:
+        return self.make_id(self.key, self.stage)
+
+    @staticmethod
+    def make_key(*parts: str) -> str:
+        return hashlib.blake2b("|".join(parts).encode(), digest_size=12).hexdigest()
+
+    @staticmethod
+    def make_id(key: str, stage: str) -> str:
+        return f"{key}:{stage}"

@@ -1,0 +1,1 @@
+"""Stream-driven recovery: findings -> policy -> recovery decisions (issue 7)."""

@@ -1,0 +1,207 @@
+"""The recovery decider driven by sequences of findings: the exact actions, and every bound."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from schemas.derived import CauseClass, Detection, Incident, RecoveryEvent
+from streams.recovery.engine import RecoveryEngine
+from streams.recovery.policy import JobLimits, Policy, load_policy
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+
+
+def _policy(**limits: float) -> Policy:
+    base = load_policy()
+    lim = base.limits.model_copy(
+        update={"cooldown_s": 60, "backoff_base_s": 100, "backoff_factor": 2.0, **limits}
+    )
+    return base.model_copy(update={"limits": JobLimits.model_validate(lim.model_dump())})
+
+
+def _incident(
+    job: str,
+    at_s: float,
+    cause: CauseClass = "gpu_xid",
+    n: int = 0,
+    confidence: float = 0.95,
+    revision: int = 0,
+) -> Incident:
+    ts = T0 + int(at_s * S)
+    return Incident(
+        incident_id=f"{job}/inc{n}",
+        revision=revision,
+        cluster="c1",
+        job_id=job,
+        cause_class=cause,
+        node="node003",
+        gpu=2,
+        rank=26,
+        confidence=confidence,
+        summary=f"{cause} on node003",
+        first_cause_ts=ts,
+        first_symptom_ts=ts,
+        attributed_ts=ts,
+        emitted_ts=ts,
+    )
+
+
+def _hang(job: str, at_s: float) -> Detection:
+    ts = T0 + int(at_s * S)
+    return Detection(
+        detection_id=f"{job}/hang@{at_s}",
+        detection_type="hang",
+        cluster="c1",
+        job_id=job,
+        node="node001",
+        rank=9,
+        score=3.0,
+        onset_ts=ts,
+        detected_ts=ts,
+        emitted_ts=ts,
+        summary="rank 9 never entered ALLREDUCE seq 812",
+    )
+
+
+def _brief(events: list[RecoveryEvent]) -> list[tuple[str, str, str]]:
+    return [(e.stage, e.action, e.job_id) for e in events]
+
+
+def test_each_cause_gets_its_action_once_per_incident() -> None:
+    engine = RecoveryEngine(load_policy())
+    (gpu,) = engine.on_incident(_incident("j-gpu", 0))
+    assert (gpu.stage, gpu.action, gpu.node, gpu.rank) == (
+        "decided",
+        "exclude_node_and_restart",
+        "node003",
+        26,
+    )
+    assert (
+        gpu.rule == "gpu-hardware-exclude-node" and gpu.attempt == 1 and gpu.not_before_ts == gpu.ts
+    )
+    # a revision of the same incident does not act again
+    assert engine.on_incident(_incident("j-gpu", 5, revision=1)) == []
+    assert _brief(engine.on_incident(_incident("j-oom", 0, "host_oom"))) == [
+        ("decided", "restart_from_checkpoint", "j-oom")
+    ]
+    assert _brief(engine.on_detection(_hang("j-hang", 0))) == [("decided", "dump_stacks", "j-hang")]
+    # below the rule's confidence, or a cause no rule names: nothing
+    assert engine.on_incident(_incident("j-weak", 0, confidence=0.5)) == []
+    assert engine.on_incident(_incident("j-unknown", 0, "unknown")) == []
+
+
+def test_the_per_job_bound_backoff_and_escalation() -> None:
+    engine = RecoveryEngine(_policy(max_actions=3, window_s=3600))
+    out: list[RecoveryEvent] = []
+    for n, at in enumerate((0, 200, 500, 900, 1000)):
+        out += engine.on_incident(_incident("j1", at, n=n))
+    assert _brief(out) == [
+        ("decided", "exclude_node_and_restart", "j1"),
+        ("decided", "exclude_node_and_restart", "j1"),
+        ("decided", "exclude_node_and_restart", "j1"),
+        ("decided", "escalate", "j1"),  # the 4th within the hour
+        ("suppressed", "exclude_node_and_restart", "j1"),  # escalated once, not again
+    ]
+    first, second, third = out[:3]
+    # backoff grows: the 2nd waits 100 s after the 1st ran, the 3rd 200 s after the 2nd
+    assert (second.not_before_ts - first.not_before_ts) / S == 200  # its trigger came later
+    assert (third.not_before_ts - second.not_before_ts) / S == 300  # trigger at 500 > 200 + 200
+    engine2 = RecoveryEngine(_policy(max_actions=5, cooldown_s=0))
+    # each failure comes right after the previous recovery ran: the waits double
+    at_s = (0, 1, 101, 301)
+    runs = [engine2.on_incident(_incident("j2", at, n=n))[0] for n, at in enumerate(at_s)]
+    gaps = [(b.not_before_ts - a.not_before_ts) / S for a, b in itertools.pairwise(runs)]
+    assert gaps == [100, 200, 400]
+    # a failure while the next recovery still waits for its backoff does not add another
+    (pending,) = engine2.on_incident(_incident("j2", 302, n=9))
+    assert pending.stage == "suppressed" and "still waits for its backoff" in pending.reason
+    assert [r.attempt for r in runs] == [1, 2, 3, 4]
+    assert len({r.key for r in runs}) == 4
+
+
+def test_a_cascade_within_the_cool_down_is_not_a_new_failure() -> None:
+    engine = RecoveryEngine(_policy(cooldown_s=60))
+    engine.on_incident(_incident("j1", 0))
+    (held,) = engine.on_incident(_incident("j1", 30, "communication", n=1))
+    assert held.stage == "suppressed" and held.reason.startswith(
+        "cool-down: exclude_node_and_restart"
+    )
+    (later,) = engine.on_incident(_incident("j1", 90, "communication", n=2))
+    assert later.stage == "decided" and later.action == "restart_from_checkpoint"
+
+
+def test_progress_resumed_after_a_recovery_closes_it() -> None:
+    engine = RecoveryEngine(_policy(progress_deadline_s=600))
+    engine.on_progress("c1", "j1", 40, T0 - 10 * S)
+    (decided,) = engine.on_incident(_incident("j1", 0))
+    assert engine.on_progress("c1", "j1", 40, T0 + 100 * S) == []  # an old step, replayed
+    (resumed,) = engine.on_progress("c1", "j1", 41, T0 + 300 * S)
+    assert (resumed.stage, resumed.key) == ("progress_resumed", decided.key)
+    assert engine.tick(T0 + 10_000 * S) == []
+
+
+def test_no_progress_retries_then_escalates_at_the_bound() -> None:
+    engine = RecoveryEngine(_policy(max_actions=2, progress_deadline_s=600, cooldown_s=0))
+    engine.on_progress("c1", "j1", 40, T0 - 10 * S)
+    (first,) = engine.on_incident(_incident("j1", 0))
+    assert engine.tick(T0 + 599 * S) == []
+    out = engine.tick(T0 + 600 * S)
+    assert _brief(out) == [
+        ("progress_not_resumed", "exclude_node_and_restart", "j1"),
+        ("decided", "restart_from_checkpoint", "j1"),
+    ]
+    assert out[0].key == first.key and out[1].attempt == 2
+    deadline = (out[1].not_before_ts - T0) / S + 600
+    out = engine.tick(T0 + int(deadline * S))
+    assert _brief(out) == [
+        ("progress_not_resumed", "restart_from_checkpoint", "j1"),
+        ("decided", "escalate", "j1"),  # the bound (2 actions) reached
+    ]
+    assert "2 recoveries" in out[1].reason
+
+
+def test_the_circuit_breaker_trips_on_a_fleet_wide_burst() -> None:
+    engine = RecoveryEngine(_policy())
+    for j in range(20):  # 20 healthy jobs are running
+        engine.on_progress("c1", f"job{j}", 5, T0)
+    out: list[RecoveryEvent] = []
+    for j in range(8):  # a storage outage fails job after job
+        out += engine.on_incident(_incident(f"job{j}", 10 + j, "application", n=j))
+    decided = [e for e in out if e.stage == "decided"]
+    # min_jobs 4, share 0.25 of 20 seen: the 6th job (6/20 > 0.25) trips it
+    assert [e.job_id for e in decided if e.action != "escalate"] == [f"job{j}" for j in range(5)]
+    (breaker,) = [e for e in decided if e.action == "escalate"]
+    assert breaker.rule == "circuit-breaker" and "6 of 20 jobs" in breaker.reason
+    held = [e for e in out if e.stage == "suppressed"]
+    assert [e.job_id for e in held] == ["job5", "job6", "job7"]
+    assert all("circuit breaker" in e.reason for e in held)
+    # it re-arms after reset_s
+    later = engine.on_incident(_incident("job9", 10 + 1800 + 20, "application", n=99))
+    assert _brief(later) == [("decided", "restart_from_checkpoint", "job9")]
+
+
+def test_a_paused_pipeline_acts_on_nothing() -> None:
+    engine = RecoveryEngine(load_policy())
+    engine.paused = True
+    out = engine.on_incident(_incident("j1", 0)) + engine.on_detection(_hang("j2", 0))
+    assert [e.stage for e in out] == ["suppressed", "suppressed"]
+    assert all(e.reason.startswith("recovery is paused") for e in out)
+    assert engine.tick(T0 + 10**6 * S) == []
+
+
+def test_the_same_findings_make_the_same_decisions() -> None:
+    def run() -> list[RecoveryEvent]:
+        engine = RecoveryEngine(load_policy())
+        return engine.on_incident(_incident("j1", 0)) + engine.on_detection(_hang("j2", 5))
+
+    assert run() == run()
+
+
+def test_a_rule_matches_one_kind_of_finding() -> None:
+    doc = load_policy().model_dump()
+    doc["rules"][0]["when"]["detection"] = ["hang"]
+    with pytest.raises(ValueError, match="exactly one of them"):
+        Policy.model_validate(doc)
