@@ -1,0 +1,25 @@
+"""The dry-run actuator, the policy's default: it says what it would do and does nothing."""
+
+from __future__ import annotations
+
+import logging
+
+from schemas.derived import RecoveryEvent
+from sinks.actuators.base import ActuatorResult, describe
+
+log = logging.getLogger("rankscope.recovery")
+
+
+class DryRunActuator:
+    """Says what it would do; the policy's default mode."""
+
+    name = "dry-run"
+
+    def __init__(self) -> None:
+        self.would: list[str] = []
+
+    def execute(self, decision: RecoveryEvent) -> ActuatorResult:
+        what = f"would run {describe(decision)} ({decision.rule}: {decision.reason[:200]})"
+        log.warning("dry run: %s", what)
+        self.would.append(what)
+        return ActuatorResult(True, what)
