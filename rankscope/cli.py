@@ -466,6 +466,16 @@ def _register_redaction() -> None:
 _register_redaction()
 
 
+def _register_recovery() -> None:
+    """``rankscope recovery history|status|pause|resume|run``."""
+    from rankscope.recovery_cmd import recovery_app
+
+    app.add_typer(recovery_app, name="recovery")
+
+
+_register_recovery()
+
+
 def main() -> None:
     app()
 

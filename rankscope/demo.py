@@ -158,6 +158,7 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
             _wait(pipeline, opts, console)
         report = _summary(client, settings.database, job_id, produced, bad, console)
         report += _redaction(client, settings.database, job_id, console)
+        report += _recovery(client, settings.database, job_id, console)
         report += _findings(client, settings.database, job_id, labels, console)
         path = settings.home / "reports" / f"{job_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -377,6 +378,23 @@ def _redaction(client: Client, database: str, job_id: str, console: Console) -> 
     )
     console.print(f"[bold]{line}[/]")
     md.append(f"\n{line}")
+    return "\n".join(md) + "\n"
+
+
+def _recovery(client: Client, database: str, job_id: str, console: Console) -> str:
+    """What automated recovery decided and the (dry-run) actuator did for this job."""
+    from sinks.named_queries import run_query
+
+    rows = list(run_query(client, "recovery_history", database, {"job_id": job_id}).named_results())
+    t = Table(title="automated recovery (policy mode: dry run)")
+    for c in ("time (UTC)", "action", "stage", "where", "why"):
+        t.add_column(c)
+    md = ["", "## Automated recovery", ""]
+    for r in reversed(rows):  # oldest first reads as a story
+        where = r["node"] + (f" rank {r['rank']}" if r["rank"] >= 0 else "")
+        t.add_row(f"{r['ts']:%H:%M:%S}", r["action"], r["stage"], where, r["reason"][:110])
+        md.append(f"- {r['ts']:%H:%M:%S} **{r['action']}** {r['stage']} ({where}): {r['reason']}")
+    console.print(t)
     return "\n".join(md) + "\n"
 
 

@@ -123,12 +123,18 @@ class Pipeline:
             ],
             logs / "sink.log",
         )
+        # recovery decisions through the dry-run actuator (the policy's default mode)
+        self.actuators = StageProcess(
+            "actuators", [*cli, "recovery", "run", *config.common_args()], logs / "actuators.log"
+        )
 
     def start(self) -> None:
         self.worker.start()
         self.sink.start()
+        self.actuators.start()
 
     def stop(self) -> None:
+        self.actuators.stop()
         self.sink.stop()
         self.worker.stop()
 
@@ -157,9 +163,13 @@ class Pipeline:
                 t.deadletter,
                 t.quarantine,
                 t.redaction_audit,
+                t.recovery,
             ],
         )
-        return worker, sink
+        actuators = group_lag(
+            self.config.bootstrap, f"{self.config.topic_prefix}-actuators", [t.recovery]
+        )
+        return worker, sink + actuators
 
     def wait_ready(self, timeout_s: float = 90.0) -> None:
         """Until the stream worker has joined its group and holds its partitions.
@@ -188,7 +198,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout_s
         zeros = 0
         while True:
-            for stage in (self.worker, self.sink):
+            for stage in (self.worker, self.sink, self.actuators):
                 if not stage.alive:
                     raise RuntimeError(
                         f"the {stage.name} process exited ({stage.proc and stage.proc.returncode})"

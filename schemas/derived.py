@@ -295,3 +295,14 @@ class RecoveryEvent(BaseModel):
     @staticmethod
     def make_id(key: str, stage: str) -> str:
         return f"{key}:{stage}"
+
+
+class RecoveryControl(BaseModel):
+    """An operator's command on ``<p>.recovery_control``: pause or resume automated recovery."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    paused: bool
+    by: str = Field(default="", max_length=256)
+    reason: str = Field(default="", max_length=1024)
+    ts: int

@@ -66,6 +66,16 @@ class Topics:
         return f"{self.prefix}.redaction_audit"
 
     @property
+    def recovery(self) -> str:
+        """Recovery decisions and their outcomes (RecoveryEvent), keyed by job."""
+        return f"{self.prefix}.recovery"
+
+    @property
+    def recovery_control(self) -> str:
+        """Operator commands to the recovery decider (pause, resume); the latest one wins."""
+        return f"{self.prefix}.recovery_control"
+
+    @property
     def all(self) -> list[str]:
         return [
             *self.all_raw,
@@ -78,6 +88,8 @@ class Topics:
             self.deadletter,
             self.quarantine,
             self.redaction_audit,
+            self.recovery,
+            self.recovery_control,
         ]
 
 

@@ -26,6 +26,7 @@ from schemas.derived import (
     LateEvent,
     QuarantinedEvent,
     RankWindow,
+    RecoveryEvent,
     RedactionAudit,
 )
 from schemas.events import EVENT_LIST_ADAPTER
@@ -38,6 +39,7 @@ from sinks.rows import (
     INCIDENT_TABLE,
     LATE_TABLE,
     QUARANTINE_TABLE,
+    RECOVERY_TABLE,
     WINDOW_TABLE,
     Row,
     TableSpec,
@@ -111,6 +113,7 @@ class ClickHouseSink:
             topics.incidents: self._decode_model(Incident, INCIDENT_TABLE),
             topics.quarantine: self._decode_model(QuarantinedEvent, QUARANTINE_TABLE),
             topics.redaction_audit: self._decode_model(RedactionAudit, AUDIT_TABLE),
+            topics.recovery: self._decode_model(RecoveryEvent, RECOVERY_TABLE),
         }
         consumer_conf: dict[str, Any] = {
             "bootstrap.servers": config.bootstrap,

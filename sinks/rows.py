@@ -16,6 +16,7 @@ from schemas.derived import (
     Incident,
     LateEvent,
     RankWindow,
+    RecoveryEvent,
 )
 from schemas.envelope import Envelope
 from schemas.events import (
@@ -482,6 +483,44 @@ QUARANTINE_TABLE = TableSpec(
 )
 
 
+def _recovery(r: RecoveryEvent) -> Row:
+    return [
+        r.key,
+        r.stage,
+        r.action,
+        r.cluster,
+        r.job_id,
+        r.node,
+        -1 if r.rank is None else r.rank,
+        r.rule,
+        r.reason,
+        r.trigger_id,
+        r.attempt,
+        r.ts,
+        r.not_before_ts,
+    ]
+
+
+RECOVERY_TABLE = TableSpec(
+    "recovery_actions",
+    [
+        "key",
+        "stage",
+        "action",
+        "cluster",
+        "job_id",
+        "node",
+        "rank",
+        "rule",
+        "reason",
+        "trigger_id",
+        "attempt",
+        "ts_ns",
+        "not_before_ts_ns",
+    ],
+    _recovery,
+)
+
 ALL_TABLES: list[TableSpec] = [
     *EVENT_TABLES.values(),
     WINDOW_TABLE,
@@ -491,6 +530,7 @@ ALL_TABLES: list[TableSpec] = [
     INCIDENT_TABLE,
     AUDIT_TABLE,
     QUARANTINE_TABLE,
+    RECOVERY_TABLE,
 ]
 
 
@@ -507,6 +547,7 @@ __all__ = [
     "INCIDENT_TABLE",
     "LATE_TABLE",
     "QUARANTINE_TABLE",
+    "RECOVERY_TABLE",
     "WINDOW_TABLE",
     "DeadLetter",
     "LateEvent",

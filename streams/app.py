@@ -21,11 +21,13 @@ import faust
 from redaction.keys import load_key
 from redaction.rules import load_rules
 from redaction.stage import RedactionStage, StageResult
-from schemas.derived import RankWindow
-from schemas.events import EVENT_LIST_ADAPTER, Event, dump_events
+from schemas.derived import RankWindow, RecoveryControl, RecoveryEvent
+from schemas.events import EVENT_LIST_ADAPTER, Event, SpanEvent, dump_events
 from schemas.topics import partition_key
 from streams.analysis.job import JobAnalyzer
 from streams.config import RedactionConfig, StreamsConfig
+from streams.recovery.engine import RecoveryEngine
+from streams.recovery.policy import load_policy
 from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
 from streams.windows import WindowAggregator, corrected_ts
 
@@ -54,6 +56,7 @@ class StageCounters:
     detections: int = 0
     incidents: int = 0
     pending_acks: int = 0
+    recovery_events: int = 0
     values_redacted: int = 0
     events_quarantined: int = 0
     started_wall: float = field(default_factory=time.time)
@@ -93,6 +96,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     deadletter_topic = app.topic(topics.deadletter, value_serializer="raw")
     quarantine_topic = app.topic(topics.quarantine, value_serializer="raw")
     audit_topic = app.topic(topics.redaction_audit, value_serializer="raw")
+    recovery_topic = app.topic(topics.recovery, value_serializer="raw")
+    control_topic = app.topic(topics.recovery_control, value_serializer="raw")
+    recovery = (
+        RecoveryEngine(load_policy(config.recovery.policy_path))
+        if config.recovery.enabled
+        else None
+    )
     redact = build_redaction(config.redaction)
     detections_topic = app.topic(topics.detections, value_serializer="raw")
     incidents_topic = app.topic(topics.incidents, value_serializer="raw")
@@ -164,14 +174,37 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     analyzer_seen: dict[str, float] = {}  # job -> worker wall clock of its last event
     flushed: set[str] = set()
 
+    async def publish_recovery(events: list[RecoveryEvent]) -> None:
+        for r in events:
+            counters.recovery_events += 1
+            await recovery_topic.send(key=r.job_id.encode(), value=r.model_dump_json().encode())
+
     async def publish_findings(analyzer: JobAnalyzer, flush: bool = False) -> None:
         detections, incidents = analyzer.flush() if flush else analyzer.advance()
         for d in detections:
             counters.detections += 1
             await detections_topic.send(key=d.job_id.encode(), value=d.model_dump_json().encode())
+            if recovery is not None:
+                await publish_recovery(recovery.on_detection(d))
         for i in incidents:
             counters.incidents += 1
             await incidents_topic.send(key=i.job_id.encode(), value=i.model_dump_json().encode())
+            if recovery is not None:
+                await publish_recovery(recovery.on_incident(i))
+
+    @app.agent(control_topic, name=f"{config.app_id}.recovery-control")
+    async def recovery_control(stream: faust.StreamT[bytes]) -> None:
+        """Pause and resume, as events: read from the start, so the latest command wins."""
+        async for value in stream:
+            if recovery is None:
+                continue
+            try:
+                command = RecoveryControl.model_validate_json(value)
+            except ValueError:
+                log.warning("ignoring a malformed recovery control record")
+                continue
+            recovery.paused = command.paused
+            log.warning("recovery %s by %s", "paused" if command.paused else "resumed", command.by)
 
     @app.agent(events_topic, name=f"{config.app_id}.windows")
     async def windows(stream: faust.StreamT[bytes]) -> None:
@@ -182,8 +215,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             last_end = -1
             job_id = ""
             touched: set[str] = set()
+            progress: list[RecoveryEvent] = []
             for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
                 job_id = ev.job_id
+                if recovery is not None and isinstance(ev, SpanEvent):
+                    p = ev.payload
+                    if p.phase == "step" and p.status == "ok" and p.step is not None:
+                        progress += recovery.on_progress(ev.cluster, job_id, p.step, ev.ts)
                 if job_id and config.analysis_enabled:
                     analyzer = analyzers.get(job_id)
                     if analyzer is None:
@@ -213,10 +251,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                 ack_settled()
             for jid in touched:
                 await publish_findings(analyzers[jid])
+            await publish_recovery(progress)
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
         now = time.time()
+        if recovery is not None:  # progress deadlines run on the clock the jobs report on
+            await publish_recovery(recovery.tick(time.time_ns()))
         closed = agg.close_ready(now)
         await emit(closed)
         if closed:

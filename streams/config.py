@@ -61,6 +61,13 @@ class RedactionConfig(BaseModel):
     create_key: bool = Field(default=True, description="Create key_file when it is missing.")
 
 
+class RecoveryConfig(BaseModel):
+    """The recovery decider (issue 7): findings -> decisions on ``<p>.recovery``."""
+
+    enabled: bool = True
+    policy_path: Path | None = Field(default=None, description="None: the packaged policy.")
+
+
 class StreamsConfig(BaseModel):
     bootstrap: str
     topic_prefix: str = DEFAULT_PREFIX
@@ -68,6 +75,7 @@ class StreamsConfig(BaseModel):
     data_dir: Path = Path(".rankscope/faust")
     limits: ValidationLimits = ValidationLimits()
     redaction: RedactionConfig = RedactionConfig()
+    recovery: RecoveryConfig = RecoveryConfig()
     windows: WindowConfig = WindowConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     analysis_enabled: bool = True

@@ -59,6 +59,13 @@ def test_demo_runs_the_whole_path_and_leaves_queryable_rows(
     for code in ("not_json", "unknown_schema", "invalid_event"):
         assert code in out
     assert "Look further with SQL" in out
+    # the incident leads to a recovery decision, run once by the dry-run actuator
+    assert "automated recovery (policy mode: dry run)" in out
+    recovery = out.split("automated recovery (policy mode: dry run)", 1)[1].split(
+        "incident report"
+    )[0]
+    assert "exclude_node_and_restart" in recovery
+    assert "decided" in recovery and "succeeded" in recovery and "would run" in recovery
     # the planted secrets were found, counted, and are nowhere in ClickHouse
     assert "redaction (counts from redaction_audit" in out
     for entity in ("API_TOKEN", "PASSWORD", "HOME_DIR_USER", "CLOUD_ACCESS_KEY"):

@@ -27,6 +27,7 @@ from schemas.derived import (
     EvidenceItem,
     Incident,
     RankWindow,
+    RecoveryEvent,
     RedactionAudit,
 )
 from schemas.envelope import Envelope
@@ -45,6 +46,7 @@ from sinks.rows import (
     DEADLETTER_TABLE,
     DETECTION_TABLE,
     INCIDENT_TABLE,
+    RECOVERY_TABLE,
     WINDOW_TABLE,
     TableSpec,
     event_spec,
@@ -276,6 +278,27 @@ def _derived() -> list[tuple[TableSpec, Any]]:
             received_ts=T + i * S,
         )
         rows += [(DEADLETTER_TABLE, dead), (DEADLETTER_TABLE, dead)]
+    for job, stage, at, action in (
+        (JOB, "decided", 60, "exclude_node_and_restart"),
+        (JOB, "succeeded", 61, "exclude_node_and_restart"),
+        (JOB, "progress_resumed", 300, "exclude_node_and_restart"),
+        ("other-job", "suppressed", 70, "restart_from_checkpoint"),
+    ):
+        event = RecoveryEvent(
+            key=f"k-{job}",
+            stage=stage,
+            action=action,
+            cluster="c1",
+            job_id=job,  # type: ignore[arg-type]
+            node="node001",
+            rank=3,
+            rule="r",
+            reason=f"{stage} reason",
+            trigger_id="inc-1",
+            attempt=1,
+            ts=T + at * S,
+        )
+        rows += [(RECOVERY_TABLE, event), (RECOVERY_TABLE, event)]
     return rows
 
 
@@ -535,6 +558,22 @@ def test_retention_is_set_per_table(known: tuple[Client, str]) -> None:
     assert "TTL" not in ddl_after
     with pytest.raises(ValueError, match="no retention"):
         apply_ttl(client, db, {"nope": 1})
+
+
+def test_recovery_history(known: tuple[Client, str]) -> None:
+    rows = _rows(known, "recovery_history", job_id=JOB)
+    assert [(r["stage"], _naive(r["ts"]), r["rank"]) for r in rows] == [
+        ("progress_resumed", _t(300), 3),
+        ("succeeded", _t(61), 3),
+        ("decided", _t(60), 3),
+    ]
+    everything = _rows(known, "recovery_history")
+    assert [(r["job_id"], r["stage"]) for r in everything] == [
+        (JOB, "progress_resumed"),
+        ("other-job", "suppressed"),
+        (JOB, "succeeded"),
+        (JOB, "decided"),
+    ]
 
 
 def test_parameters_are_checked_before_the_server_sees_them() -> None:

@@ -1,0 +1,245 @@
+"""``rankscope recovery``: what automated recovery did, pause/resume it, and run the actuators."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+recovery_app = typer.Typer(
+    help="Automated recovery: history, status, pause/resume, and the actuator runner.",
+    no_args_is_help=True,
+)
+console = Console()
+
+BootstrapOpt = Annotated[str, typer.Option("--bootstrap", envvar="RANKSCOPE_BOOTSTRAP")]
+PrefixOpt = Annotated[str, typer.Option("--topic-prefix", envvar="RANKSCOPE_TOPIC_PREFIX")]
+HomeOpt = Annotated[Path, typer.Option("--home", envvar="RANKSCOPE_HOME")]
+ClickHouseOpt = Annotated[
+    str | None, typer.Option("--clickhouse-url", envvar="RANKSCOPE_CLICKHOUSE_URL")
+]
+DatabaseOpt = Annotated[str, typer.Option("--database", envvar="RANKSCOPE_DATABASE")]
+
+
+@recovery_app.command()
+def history(
+    job: Annotated[str | None, typer.Option(help="Only this job.")] = None,
+    hours: Annotated[int, typer.Option(help="Look back this many hours.")] = 24,
+    clickhouse_url: ClickHouseOpt = None,
+    home: HomeOpt = Path(".rankscope"),
+    database: DatabaseOpt = "rankscope",
+) -> None:
+    """Every recovery decision, suppression and outcome, newest first (from ClickHouse)."""
+    from rankscope.cli import local_clickhouse_url
+    from sinks.clickhouse import connect
+    from sinks.named_queries import run_query
+
+    client = connect(clickhouse_url or local_clickhouse_url(home))
+    values = {"job_id": job or "", "hours": str(hours)}
+    rows = list(run_query(client, "recovery_history", database, values).named_results())
+    table = Table("time (UTC)", "job", "action", "stage", "try", "where", "why", title="recovery")
+    for r in rows:
+        where = r["node"] + (f" rank {r['rank']}" if r["rank"] >= 0 else "")
+        table.add_row(
+            f"{r['ts']:%m-%d %H:%M:%S}",
+            r["job_id"] or "(fleet)",
+            r["action"],
+            r["stage"],
+            str(r["attempt"]),
+            where,
+            r["reason"][:120],
+        )
+    console.print(table)
+    console.print(f"{len(rows)} record(s)")
+
+
+def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
+    import getpass
+
+    from confluent_kafka import Producer
+
+    from schemas.derived import RecoveryControl
+    from schemas.topics import Topics
+
+    command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer.produce(Topics(prefix).recovery_control, key=b"pause", value=command.model_dump_json())
+    if producer.flush(30) != 0:
+        raise typer.Exit(1)
+
+
+@recovery_app.command()
+def pause(
+    bootstrap: BootstrapOpt,
+    reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
+    prefix: PrefixOpt = "rankscope",
+) -> None:
+    """Stop automated actions: the decider records matches as suppressed until resumed."""
+    _control(bootstrap, prefix, True, reason)
+    console.print("recovery paused (the workers read it from <prefix>.recovery_control)")
+
+
+@recovery_app.command()
+def resume(
+    bootstrap: BootstrapOpt,
+    reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
+    prefix: PrefixOpt = "rankscope",
+) -> None:
+    """Let the decider act again."""
+    _control(bootstrap, prefix, False, reason)
+    console.print("recovery resumed")
+
+
+@recovery_app.command()
+def status(
+    bootstrap: BootstrapOpt,
+    prefix: PrefixOpt = "rankscope",
+) -> None:
+    """Paused or not (the latest control command), and the actions on the topic by stage."""
+    from collections import Counter
+
+    from schemas.derived import RecoveryControl, RecoveryEvent
+    from schemas.topics import Topics
+
+    topics = Topics(prefix)
+    control = [
+        RecoveryControl.model_validate_json(v) for v in _read(bootstrap, topics.recovery_control)
+    ]
+    events = [RecoveryEvent.model_validate_json(v) for v in _read(bootstrap, topics.recovery)]
+    latest = control[-1] if control else None
+    state = "paused" if latest and latest.paused else "active"
+    by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
+    console.print(f"recovery is [bold]{state}[/]{by}")
+    last_stage: dict[str, str] = {}
+    for e in events:
+        last_stage[e.key] = e.stage
+    counts = Counter(last_stage.values())
+    table = Table("latest stage", "actions")
+    for stage_name, n in sorted(counts.items()):
+        table.add_row(stage_name, str(n))
+    console.print(table)
+
+
+def _read(bootstrap: str, topic: str) -> list[bytes]:
+    """Every record of a topic, from the start to its end now."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"status-{time.time_ns()}"})
+    try:
+        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if meta is None or meta.error is not None:
+            return []
+        ends = {}
+        parts = []
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            if high > low:
+                ends[p] = high
+                parts.append(TopicPartition(topic, p, low))
+        consumer.assign(parts)
+        values: list[tuple[int, bytes]] = []
+        while ends:
+            for msg in consumer.consume(500, timeout=5):
+                if msg.error() is not None:
+                    continue
+                values.append((msg.timestamp()[1], msg.value() or b""))
+                offset, part = msg.offset() or 0, msg.partition() or 0
+                if offset + 1 >= ends.get(part, 0):
+                    ends.pop(part, None)
+        return [v for _, v in sorted(values, key=lambda x: x[0])]
+    finally:
+        consumer.close()
+
+
+@recovery_app.command()
+def run(
+    bootstrap: BootstrapOpt,
+    prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = Path(".rankscope"),
+    actuator: Annotated[str, typer.Option(help="dry-run or webhook")] = "dry-run",
+    webhook_url: Annotated[str | None, typer.Option(help="For --actuator webhook.")] = None,
+) -> None:
+    """Run recovery decisions through an actuator, each key at most once (ledger in HOME)."""
+    from confluent_kafka import Consumer, KafkaError, Producer
+
+    from schemas.derived import RecoveryEvent
+    from schemas.topics import Topics
+    from sinks.actuators.base import Actuator, ActuatorRunner, Ledger
+    from sinks.actuators.dryrun import DryRunActuator
+    from sinks.actuators.webhook import WebhookActuator, WebhookConfig
+
+    act: Actuator
+    if actuator == "webhook":
+        if not webhook_url:
+            raise typer.BadParameter("--actuator webhook needs --webhook-url")
+        act = WebhookActuator(WebhookConfig(url=webhook_url))
+    elif actuator == "dry-run":
+        act = DryRunActuator()
+    else:
+        raise typer.BadParameter("dry-run or webhook", param_hint="--actuator")
+    runner = ActuatorRunner(act, Ledger(home / "recovery-ledger.db"))
+    topic = Topics(prefix).recovery
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"{prefix}-actuators",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    consumer.subscribe([topic])
+    stop = False
+
+    def _stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    waiting: list[RecoveryEvent] = []  # decisions still in their backoff
+    try:
+        while not stop:
+            msgs = consumer.consume(100, timeout=0.5)
+            batch = list(waiting)
+            waiting.clear()
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        console.print(f"consumer error: {err}")
+                    continue
+                try:
+                    batch.append(RecoveryEvent.model_validate_json(msg.value() or b""))
+                except ValueError:
+                    continue
+            for decision in batch:
+                if decision.stage != "decided":
+                    continue
+                outcome = runner.run(decision)
+                if outcome is None:
+                    if decision.not_before_ts > time.time_ns():
+                        waiting.append(decision)
+                    continue
+                producer.produce(
+                    topic, key=outcome.job_id.encode(), value=outcome.model_dump_json()
+                )
+                console.print(
+                    json.dumps(
+                        {"key": outcome.key, "stage": outcome.stage, "reason": outcome.reason[:200]}
+                    )
+                )
+            producer.flush(30)
+            # a decision waiting for its backoff must be read again after a restart, so offsets
+            # are committed only when none waits (the ledger drops what already ran)
+            if msgs and not waiting:
+                consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
