@@ -163,8 +163,14 @@ def run(
     bootstrap: BootstrapOpt,
     prefix: PrefixOpt = "rankscope",
     home: HomeOpt = Path(".rankscope"),
-    actuator: Annotated[str, typer.Option(help="dry-run or webhook")] = "dry-run",
-    webhook_url: Annotated[str | None, typer.Option(help="For --actuator webhook.")] = None,
+    actuator: Annotated[
+        str, typer.Option(help="dry-run, webhook, slurm or kubernetes")
+    ] = "dry-run",
+    webhook_url: Annotated[
+        str | None,
+        typer.Option(help="Webhook for --actuator webhook, and for escalations with the others."),
+    ] = None,
+    namespace: Annotated[str, typer.Option(help="Kubernetes namespace of the jobs.")] = "default",
 ) -> None:
     """Run recovery decisions through an actuator, each key at most once (ledger in HOME)."""
     from confluent_kafka import Consumer, KafkaError, Producer
@@ -175,15 +181,30 @@ def run(
     from sinks.actuators.dryrun import DryRunActuator
     from sinks.actuators.webhook import WebhookActuator, WebhookConfig
 
+    from sinks.actuators.cluster import (
+        KubernetesActuator,
+        KubernetesConfig,
+        RoutingActuator,
+        SlurmActuator,
+    )
+
     act: Actuator
+    pager: Actuator = (
+        WebhookActuator(WebhookConfig(url=webhook_url)) if webhook_url else DryRunActuator()
+    )
     if actuator == "webhook":
         if not webhook_url:
             raise typer.BadParameter("--actuator webhook needs --webhook-url")
-        act = WebhookActuator(WebhookConfig(url=webhook_url))
+        act = pager
     elif actuator == "dry-run":
         act = DryRunActuator()
+    elif actuator == "slurm":
+        act = RoutingActuator({"escalate": pager}, default=SlurmActuator())
+    elif actuator == "kubernetes":
+        k8s = KubernetesActuator(KubernetesConfig(namespace=namespace))
+        act = RoutingActuator({"escalate": pager, "dump_stacks": pager}, default=k8s)
     else:
-        raise typer.BadParameter("dry-run or webhook", param_hint="--actuator")
+        raise typer.BadParameter("dry-run, webhook, slurm or kubernetes", param_hint="--actuator")
     runner = ActuatorRunner(act, Ledger(home / "recovery-ledger.db"))
     topic = Topics(prefix).recovery
     consumer = Consumer(
