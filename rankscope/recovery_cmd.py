@@ -178,15 +178,14 @@ def run(
     from schemas.derived import RecoveryEvent
     from schemas.topics import Topics
     from sinks.actuators.base import Actuator, ActuatorRunner, Ledger
-    from sinks.actuators.dryrun import DryRunActuator
-    from sinks.actuators.webhook import WebhookActuator, WebhookConfig
-
     from sinks.actuators.cluster import (
         KubernetesActuator,
         KubernetesConfig,
         RoutingActuator,
         SlurmActuator,
     )
+    from sinks.actuators.dryrun import DryRunActuator
+    from sinks.actuators.webhook import WebhookActuator, WebhookConfig
 
     act: Actuator
     pager: Actuator = (
