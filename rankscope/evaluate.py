@@ -18,6 +18,7 @@ Anything reported about another node or rank is a false positive.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from clickhouse_connect.driver.client import Client
 from collectors.faults import FaultLabel, SuiteCase, scenario_suite, simulate_with_faults
 from collectors.publisher import Publisher, PublisherConfig
 from collectors.simulator import pace
+from sinks.named_queries import run_query
 
 S = 1_000_000_000
 _STRAGGLER_CLASS = {
@@ -54,6 +56,8 @@ class RunResult:
     found: str
     expected: str
     events: int = 0
+    action: str = ""  # the first recovery action decided for the job (dry run)
+    action_s: float | None = None  # from the fault's onset to the actuator running it
 
 
 @dataclass
@@ -72,6 +76,11 @@ class EvalReport:
             "accuracy": round(correct / len(faulted), 4) if faulted else None,
             "noise_runs": len(noise),
             "noise_detections": sum(r.false_positives for r in noise),
+            "runs_with_action": sum(bool(r.action) for r in faulted),
+            "noise_actions": sum(bool(r.action) for r in noise),
+            "max_action_s": max(
+                (r.action_s for r in self.runs if r.action_s is not None), default=None
+            ),
             "false_positives": sum(r.false_positives for r in self.runs),
             "wall_s": round(self.wall_s, 1),
         }
@@ -223,6 +232,7 @@ def score_run(
     )
 
     correct, fps, detect_s, found = score_findings(label, dets, incs)
+    action, action_s = _first_action(client, database, job, label)
     expected = f"{label.outcome}:{label.cause_class or ''}@{label.node or ''}/{label.rank}"
     return RunResult(
         name=case.name,
@@ -237,7 +247,32 @@ def score_run(
         found=found[:400],
         expected=expected,
         events=events,
+        action=action,
+        action_s=action_s,
     )
+
+
+def _first_action(
+    client: Client, database: str, job: str, label: FaultLabel
+) -> tuple[str, float | None]:
+    """The job's first recovery action and the seconds from the fault's onset to its outcome
+    (the actuator running it), or to the decision when no outcome was recorded."""
+    rows = list(
+        run_query(
+            client, "recovery_history", database, {"job_id": job, "hours": "720"}
+        ).named_results()
+    )
+    decided = sorted((r for r in rows if r["stage"] == "decided"), key=lambda r: r["ts"])
+    if not decided:
+        return "", None
+    first = decided[0]
+    done = [r for r in rows if r["key"] == first["key"] and r["stage"] in ("succeeded", "failed")]
+    at = (done[0] if done else first)["ts"]
+    if at.tzinfo is None:  # ClickHouse DateTime64('UTC') comes back naive
+        at = at.replace(tzinfo=dt.UTC)
+    if label.onset_ns is None:
+        return first["action"], None
+    return first["action"], round(at.timestamp() - label.onset_ns / S, 2)
 
 
 def suite(ranks: list[int], seeds: int, duration_s: float) -> list[SuiteCase]:
@@ -306,7 +341,7 @@ def run_eval(
     report.wall_s = time.monotonic() - t0
 
     table = Table(title=f"rankscope eval: {len(report.runs)} runs")
-    for col in ("run", "ranks", "expected", "found", "ok", "FP", "detect s"):
+    for col in ("run", "ranks", "expected", "found", "ok", "FP", "detect s", "action", "act s"):
         table.add_column(col)
     for r in sorted(report.runs, key=lambda r: (r.ranks, r.name)):
         table.add_row(
@@ -317,6 +352,8 @@ def run_eval(
             "yes" if r.correct else "[red]NO[/]",
             str(r.false_positives),
             "" if r.detect_s is None else f"{r.detect_s:.1f}",
+            r.action,
+            "" if r.action_s is None else f"{r.action_s:.1f}",
         )
     console.print(table)
     console.print_json(json.dumps(report.totals()))

@@ -19,7 +19,7 @@ from collectors.simulator import SimulationConfig
 from rankscope.demo import BAD_RECORDS, _leaky_events
 from redaction.rules import load_rules
 from redaction.stage import RedactionStage
-from schemas.derived import RankWindow
+from schemas.derived import Detection, Incident, RankWindow
 from schemas.events import Event
 from sinks.clickhouse import migrate
 from sinks.rows import (
@@ -27,12 +27,15 @@ from sinks.rows import (
     DEADLETTER_TABLE,
     DETECTION_TABLE,
     INCIDENT_TABLE,
+    RECOVERY_TABLE,
     WINDOW_TABLE,
     TableSpec,
     event_spec,
 )
 from streams.analysis.job import JobAnalyzer
 from streams.config import ValidationLimits, WindowConfig
+from streams.recovery.engine import RecoveryEngine
+from streams.recovery.policy import load_policy
 from streams.validate import RecordRef, validate_message
 from streams.windows import WindowAggregator
 
@@ -54,8 +57,20 @@ def load_demo(client: Client, database: str) -> DemoData:
         rows.setdefault(spec.table, (spec, []))[1].append(spec.to_row(record))
 
     stage = RedactionStage(load_rules(), b"demo-data-key-0123456789abcdef")
+    recovery = RecoveryEngine(load_policy())
     end = start
     first_job = ""
+
+    def findings(detections: list[Detection], incidents: list[Incident]) -> None:
+        for x in detections:
+            add(DETECTION_TABLE, x)
+            for r in recovery.on_detection(x):
+                add(RECOVERY_TABLE, r)
+        for y in incidents:
+            add(INCIDENT_TABLE, y)
+            for r in recovery.on_incident(y):
+                add(RECOVERY_TABLE, r)
+
     jobs = (
         ("gpu_fell_off_bus", "demo-job"),
         ("ib_link_flap", "ib-job"),
@@ -90,17 +105,9 @@ def load_demo(client: Client, database: str) -> DemoData:
             analyzer.observe(ev)
             end = max(end, ev.ts)
             if i % 256 == 0:
-                d, inc = analyzer.advance(0)
-                for x in d:
-                    add(DETECTION_TABLE, x)
-                for y in inc:
-                    add(INCIDENT_TABLE, y)
+                findings(*analyzer.advance(0))
         windows += aggregator.close_ready(wall + 3600)
-        d, inc = analyzer.flush(0)
-        for x in d:
-            add(DETECTION_TABLE, x)
-        for y in inc:
-            add(INCIDENT_TABLE, y)
+        findings(*analyzer.flush(0))
         for w in windows:
             add(WINDOW_TABLE, w)
     for i, (_, value) in enumerate(BAD_RECORDS):
