@@ -189,6 +189,16 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
             PanelSpec(
+                "Automated recovery",
+                "table",
+                named(
+                    "recovery_history",
+                    job_id="'${job}'",
+                    hours="toUInt32((now() - $__fromTime) / 3600 + 1)",
+                ),
+                width=24,
+            ),
+            PanelSpec(
                 "GPU utilisation per rank",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(sm_util_pct) "
