@@ -101,6 +101,6 @@ def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
     ]
     try:
         desc = future.result(timeout=timeout_s)
-    except KafkaException:
+    except (KafkaException, TimeoutError):  # a busy broker: not known to be stable yet
         return False
     return bool(desc.state == ConsumerGroupState.STABLE and desc.members)
