@@ -6,8 +6,9 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-from rankscope.services.kafka import _admin, ensure_topics
+from rankscope.services.kafka import ensure_topics
 from schemas.topics import Topics
 
 TOPIC_CONFIG = {
@@ -94,11 +95,17 @@ def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float 
         probe.close()
 
 
+_GROUP_ADMINS: dict[str, AdminClient] = {}
+
+
 def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
     """True once ``group_id`` has members and has finished rebalancing (partitions assigned)."""
-    future = _admin(bootstrap).describe_consumer_groups([group_id], request_timeout=timeout_s)[
-        group_id
-    ]
+    # One long-lived client per cluster: a fresh client's describe timed out every time here
+    # (it was still finding the group coordinator), so `rankscope eval` never saw the worker.
+    admin = _GROUP_ADMINS.get(bootstrap)
+    if admin is None:
+        admin = _GROUP_ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
+    future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
     try:
         desc = future.result(timeout=timeout_s)
     except (KafkaException, TimeoutError):  # a busy broker: not known to be stable yet

@@ -54,6 +54,7 @@ def test_bad_input_is_dead_lettered_and_neighbours_are_stored(
     assert raw.flush(30) == 0
 
     with Pipeline(cfg) as pipeline:
+        pipeline.wait_ready(120)  # the worker joins its group (what `rankscope eval` waits for)
         pipeline.wait_drained(180)
 
     client = connect(cfg.clickhouse_url)
