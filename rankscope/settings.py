@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from collectors.publisher import PublisherConfig
 from schemas.topics import Topics
 from sinks.kafka_sink import SinkConfig
-from streams.config import RedactionConfig, StreamsConfig
+from streams.config import RecoveryConfig, RedactionConfig, StreamsConfig
 
 
 class Settings(BaseSettings):
@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     topic_prefix: str = "rankscope"
     partitions: int = 4
     redaction_rules: Path | None = None  # None: the packaged default rules
+    recovery_policy: Path | None = None  # None: the packaged recovery policy
 
     @property
     def topics(self) -> Topics:
@@ -43,6 +44,7 @@ class Settings(BaseSettings):
             redaction=RedactionConfig(
                 rules_path=self.redaction_rules, key_file=self.home / "redaction.key"
             ),
+            recovery=RecoveryConfig(policy_path=self.recovery_policy),
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -133,6 +133,23 @@ def test_a_cascade_within_the_cool_down_is_not_a_new_failure() -> None:
     assert later.stage == "decided" and later.action == "restart_from_checkpoint"
 
 
+def test_a_hang_dump_does_not_hold_back_the_restart_its_cause_calls_for() -> None:
+    """The dead GPU's rank hangs first (dump stacks), the XID incident follows seconds later."""
+    engine = RecoveryEngine(_policy(cooldown_s=60))
+    assert _brief(engine.on_detection(_hang("j1", 0))) == [("decided", "dump_stacks", "j1")]
+    (restart,) = engine.on_incident(_incident("j1", 6))
+    # the first restart: a stack dump neither counts against the bound nor starts a backoff
+    assert (restart.stage, restart.action, restart.attempt) == (
+        "decided",
+        "exclude_node_and_restart",
+        1,
+    )
+    assert restart.not_before_ts == restart.ts
+    # after the restart, the cascade's other findings are held back
+    (held,) = engine.on_detection(_hang("j1", 20))
+    assert held.stage == "suppressed" and "cool-down" in held.reason
+
+
 def test_progress_resumed_after_a_recovery_closes_it() -> None:
     engine = RecoveryEngine(_policy(progress_deadline_s=600))
     engine.on_progress("c1", "j1", 40, T0 - 10 * S)

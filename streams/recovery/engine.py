@@ -25,6 +25,9 @@ from streams.recovery.policy import Policy
 
 NS = 1_000_000_000
 _NO_WATCH: frozenset[str] = frozenset({"escalate", "drain_node"})
+_RESTARTS: frozenset[str] = frozenset(
+    {"restart_from_checkpoint", "exclude_node_and_restart", "drain_node"}
+)
 
 
 @dataclass
@@ -232,13 +235,14 @@ class RecoveryEngine:
         tripped = self._breaker(ts, job_id)
         if tripped is not None:
             return [event("suppressed", action, f"circuit breaker tripped; {reason}"), tripped]
-        wait = 0.0
-        if job.actions:
-            wait = lim.backoff_base_s * lim.backoff_factor ** (len(job.actions) - 1)
-        not_before = max(ts, job.last_action_ts + int(wait * NS)) if job.actions else ts
-        job.actions.append(ts)
+        not_before = ts
+        if action in _RESTARTS:  # the bound and the backoff count restarts, not stack dumps
+            if job.actions:
+                wait = lim.backoff_base_s * lim.backoff_factor ** (len(job.actions) - 1)
+                not_before = max(ts, job.last_action_ts + int(wait * NS))
+            job.actions.append(ts)
+            job.last_action_ts, job.last_action = not_before, action
         job.attempts += 1
-        job.last_action_ts, job.last_action = not_before, action
         self._acted.append((ts, job_id))
         if action not in _NO_WATCH:
             job.watch = _Watch(
@@ -265,7 +269,10 @@ class RecoveryEngine:
         retry = rule_name.endswith(":no-progress")
         if job.last_action_ts and since < 0 and not retry:
             return f"{job.last_action} still waits for its backoff ({-since:.0f} s)"
-        if job.last_action_ts and since < self.policy.limits.cooldown_s and not retry:
+        # only a restart starts a cool-down: capturing stacks of a hung rank must not hold back
+        # the restart its root cause (found a few seconds later) calls for
+        restarted = job.last_action in _RESTARTS
+        if restarted and since < self.policy.limits.cooldown_s and not retry:
             return f"cool-down: {job.last_action} {since:.0f} s ago"
         return None
 
