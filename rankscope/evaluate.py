@@ -59,8 +59,8 @@ class RunResult:
     found: str
     expected: str
     events: int = 0
-    action: str = ""  # the first recovery action decided for the job (dry run)
-    action_s: float | None = None  # from the fault's onset to the actuator running it
+    action: str = ""  # the recovery actions decided for the job, in order (dry run)
+    action_s: float | None = None  # from the fault's onset to the main one (a restart, if any)
 
 
 @dataclass
@@ -235,7 +235,7 @@ def score_run(
     )
 
     correct, fps, detect_s, found = score_findings(label, dets, incs)
-    action, action_s = _first_action(client, database, job, label)
+    action, action_s = _recovery_actions(client, database, job, label)
     expected = f"{label.outcome}:{label.cause_class or ''}@{label.node or ''}/{label.rank}"
     return RunResult(
         name=case.name,
@@ -255,12 +255,12 @@ def score_run(
     )
 
 
-def _first_action(
+def _recovery_actions(
     client: Client, database: str, job: str, label: FaultLabel
 ) -> tuple[str, float | None]:
-    """The job's first recovery action and the seconds of event time from the fault's onset to
-    the decision (runs play faster than real time, so the actuator's wall clock is not
-    comparable; the dry-run actuator runs a decision within a poll of reading it)."""
+    """The job's recovery actions in order, and the seconds of event time from the fault's onset
+    to the main one's decision (runs play faster than real time, so the actuator's wall clock is
+    not comparable; the dry-run actuator runs a decision within a poll of reading it)."""
     rows = list(
         run_query(
             client, "recovery_history", database, {"job_id": job, "hours": "720"}
@@ -269,13 +269,15 @@ def _first_action(
     decided = sorted((r for r in rows if r["stage"] == "decided"), key=lambda r: r["ts"])
     if not decided:
         return "", None
-    first = decided[0]
-    at = first["ts"]  # event time of the decision (runs are replayed faster than real time)
+    # the action that answers the fault: the first restart (or escalation), else the first one
+    main = next((r for r in decided if r["action"] != "dump_stacks"), decided[0])
+    actions = ">".join(r["action"] for r in decided)
+    at = main["ts"]  # event time of the decision (runs are replayed faster than real time)
     if at.tzinfo is None:  # ClickHouse DateTime64('UTC') comes back naive
         at = at.replace(tzinfo=dt.UTC)
     if label.onset_ns is None:
-        return first["action"], None
-    return first["action"], round(at.timestamp() - label.onset_ns / S, 2)
+        return actions, None
+    return actions, round(at.timestamp() - label.onset_ns / S, 2)
 
 
 def suite(ranks: list[int], seeds: int, duration_s: float) -> list[SuiteCase]:
