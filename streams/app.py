@@ -174,6 +174,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     analyzer_seen: dict[str, float] = {}  # job -> worker wall clock of its last event
     flushed: set[str] = set()
 
+    # the decider's clock: the latest event time seen, moved on by the wall clock since (a
+    # replay faster than real time keeps event time; a fleet gone quiet still reaches deadlines)
+    event_clock = [0, 0]  # [max event ts, worker wall clock when it was seen]
+
+    def recovery_now() -> int:
+        return event_clock[0] + (time.time_ns() - event_clock[1]) if event_clock[0] else 0
+
     async def publish_recovery(events: list[RecoveryEvent]) -> None:
         for r in events:
             counters.recovery_events += 1
@@ -218,6 +225,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             progress: list[RecoveryEvent] = []
             for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
                 job_id = ev.job_id
+                if ev.ts > event_clock[0]:
+                    event_clock[0], event_clock[1] = ev.ts, time.time_ns()
                 if recovery is not None and isinstance(ev, SpanEvent):
                     p = ev.payload
                     if p.phase == "step" and p.status == "ok" and p.step is not None:
@@ -256,8 +265,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
         now = time.time()
-        if recovery is not None:  # progress deadlines run on the clock the jobs report on
-            await publish_recovery(recovery.tick(time.time_ns()))
+        if recovery is not None and event_clock[0]:  # progress deadlines
+            await publish_recovery(recovery.tick(recovery_now()))
         closed = agg.close_ready(now)
         await emit(closed)
         if closed:
