@@ -29,7 +29,7 @@ from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.plots import heatmap_png, timeline_png
 from rankscope.settings import Settings
 from schemas.events import Event
-from sinks.clickhouse import connect, migrate
+from sinks.clickhouse import connect, migrate, storage_tables
 
 
 @dataclass(frozen=True)
@@ -352,14 +352,7 @@ def _redaction(client: Client, database: str, job_id: str, console: Console) -> 
         t.add_row(kind, field, entity or "-", action, str(n))
         md.append(f"| {kind} | {field} | {entity or '-'} | {action} | {n} |")
     console.print(t)
-    tables = [
-        r[0]
-        for r in client.query(
-            "SELECT name FROM system.tables WHERE database = %(d)s "
-            "AND engine NOT IN ('View', 'MaterializedView')",
-            parameters={"d": database},
-        ).result_rows
-    ]
+    tables = storage_tables(client, database)
     secrets = list(DEMO_SECRETS.values())
     secrets.remove(DEMO_SECRETS["user"])  # a common word; the hash proves it is gone
     found = sum(

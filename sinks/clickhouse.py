@@ -146,3 +146,13 @@ def apply_ttl(client: Client, database: str, days: dict[str, int]) -> dict[str, 
                 f"ALTER TABLE {database}.{table} MODIFY TTL toDateTime({col}) + toIntervalDay({n})"
             )
     return days
+
+
+def storage_tables(client: Client, database: str) -> list[str]:
+    """The tables that hold rows (not views: a parameterized view cannot be read bare)."""
+    rows = client.query(
+        "SELECT name FROM system.tables WHERE database = %(d)s "
+        "AND engine NOT IN ('View', 'MaterializedView') ORDER BY name",
+        parameters={"d": check_database_name(database)},
+    ).result_rows
+    return [str(r[0]) for r in rows]

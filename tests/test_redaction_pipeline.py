@@ -26,7 +26,7 @@ from rankscope.pipeline import Pipeline, PipelineConfig
 from redaction.policy import FieldPolicy
 from redaction.rules import DEFAULT_RULES_PATH, load_rules
 from schemas.events import Event
-from sinks.clickhouse import connect
+from sinks.clickhouse import connect, storage_tables
 from tests.factories import NOW_NS, comm, eid
 
 MARKERS = ["canary", "192.0.2."]  # every canary holds one of these (case-insensitive)
@@ -156,14 +156,7 @@ def test_no_canary_reaches_any_table_or_derived_topic(pipeline_config: PipelineC
         for t in ("spans", "deadletter", "redaction_quarantine", "comm_events")
     }
     assert counts["spans"] > 1000, (counts, logs)
-    tables = [
-        r[0]
-        for r in client.query(
-            "SELECT name FROM system.tables WHERE database = %(d)s "
-            "AND engine NOT IN ('View', 'MaterializedView')",
-            parameters={"d": db},
-        ).result_rows
-    ]
+    tables = storage_tables(client, db)
     assert {"spans", "comm_events", "incidents", "redaction_audit"} <= set(tables)
     needles = [*MARKERS, *secrets]
     for table in tables:

@@ -18,10 +18,11 @@ the same idempotency keys). The bounds, in the order they apply:
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from schemas.derived import Detection, Incident, RecoveryAction, RecoveryEvent, RecoveryStage
-from streams.recovery.policy import Policy
+from streams.recovery.policy import Match, Policy, Rule
 
 NS = 1_000_000_000
 _NO_WATCH: frozenset[str] = frozenset({"escalate", "drain_node"})
@@ -69,49 +70,36 @@ class RecoveryEngine:
     # -- inputs ----------------------------------------------------------------------------
     def on_incident(self, inc: Incident) -> list[RecoveryEvent]:
         self._see(inc.job_id, inc.attributed_ts)
-        for rule in self.policy.rules:
-            m = rule.when
-            if (
-                inc.cause_class in m.incident_cause
-                and inc.confidence >= m.min_confidence
-                and m.job_matches(inc.job_id)
-            ):
-                reason = f"incident {inc.cause_class} ({inc.confidence:.2f}): {inc.summary}"
-                return self._decide(
-                    rule.name,
-                    rule.action,
-                    inc.cluster,
-                    inc.job_id,
-                    inc.incident_id,
-                    inc.attributed_ts,
-                    inc.node,
-                    inc.rank,
-                    reason,
-                )
-        return []
+        rule = self._rule(
+            lambda m: inc.cause_class in m.incident_cause and inc.confidence >= m.min_confidence,
+            inc.job_id,
+        )
+        if rule is None:
+            return []
+        reason = f"incident {inc.cause_class} ({inc.confidence:.2f}): {inc.summary}"
+        return self._decide(
+            rule.name, rule.action, inc.cluster, inc.job_id, inc.incident_id,
+            inc.attributed_ts, inc.node, inc.rank, reason,
+        )  # fmt: skip
 
     def on_detection(self, det: Detection) -> list[RecoveryEvent]:
         self._see(det.job_id, det.detected_ts)
-        for rule in self.policy.rules:
-            m = rule.when
-            if (
-                det.detection_type in m.detection
-                and det.score >= m.min_score
-                and m.job_matches(det.job_id)
-            ):
-                reason = f"detection {det.detection_type}: {det.summary}"
-                return self._decide(
-                    rule.name,
-                    rule.action,
-                    det.cluster,
-                    det.job_id,
-                    det.detection_id,
-                    det.detected_ts,
-                    det.node,
-                    det.rank,
-                    reason,
-                )
-        return []
+        rule = self._rule(
+            lambda m: det.detection_type in m.detection and det.score >= m.min_score, det.job_id
+        )
+        if rule is None:
+            return []
+        reason = f"detection {det.detection_type}: {det.summary}"
+        return self._decide(
+            rule.name, rule.action, det.cluster, det.job_id, det.detection_id,
+            det.detected_ts, det.node, det.rank, reason,
+        )  # fmt: skip
+
+    def _rule(self, matches: Callable[[Match], bool], job_id: str) -> Rule | None:
+        """The first rule whose match holds for this finding and job."""
+        return next(
+            (r for r in self.policy.rules if matches(r.when) and r.when.job_matches(job_id)), None
+        )
 
     def on_progress(self, cluster: str, job_id: str, step: int, ts: int) -> list[RecoveryEvent]:
         """A rank of the job completed ``step`` at event time ``ts``."""
