@@ -105,14 +105,16 @@ def status(
     """Paused or not (the latest control command), and the actions on the topic by stage."""
     from collections import Counter
 
+    from rankscope.kafka_admin import read_topic
     from schemas.derived import RecoveryControl, RecoveryEvent
     from schemas.topics import Topics
 
     topics = Topics(prefix)
     control = [
-        RecoveryControl.model_validate_json(v) for v in _read(bootstrap, topics.recovery_control)
+        RecoveryControl.model_validate_json(v)
+        for v in read_topic(bootstrap, topics.recovery_control)
     ]
-    events = [RecoveryEvent.model_validate_json(v) for v in _read(bootstrap, topics.recovery)]
+    events = [RecoveryEvent.model_validate_json(v) for v in read_topic(bootstrap, topics.recovery)]
     latest = control[-1] if control else None
     state = "paused" if latest and latest.paused else "active"
     by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
@@ -125,37 +127,6 @@ def status(
     for stage_name, n in sorted(counts.items()):
         table.add_row(stage_name, str(n))
     console.print(table)
-
-
-def _read(bootstrap: str, topic: str) -> list[bytes]:
-    """Every record of a topic, from the start to its end now."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"status-{time.time_ns()}"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        ends = {}
-        parts = []
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-                parts.append(TopicPartition(topic, p, low))
-        consumer.assign(parts)
-        values: list[tuple[int, bytes]] = []
-        while ends:
-            for msg in consumer.consume(500, timeout=5):
-                if msg.error() is not None:
-                    continue
-                values.append((msg.timestamp()[1], msg.value() or b""))
-                offset, part = msg.offset() or 0, msg.partition() or 0
-                if offset + 1 >= ends.get(part, 0):
-                    ends.pop(part, None)
-        return [v for _, v in sorted(values, key=lambda x: x[0])]
-    finally:
-        consumer.close()
 
 
 @recovery_app.command()

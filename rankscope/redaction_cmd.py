@@ -146,8 +146,7 @@ def hash_value(
 ) -> None:
     """Print the token the workers write for a hashed value (to search for it, or to map a
     peer address to a node in the analysis config)."""
-    from redaction.engine import PresidioRedactor
-    from redaction.keys import load_key
+    from redaction.keys import hash_token, load_key
     from redaction.rules import load_rules
 
     rules = load_rules(rules_path)
@@ -156,4 +155,4 @@ def hash_value(
         raise typer.BadParameter(
             f"no key: set ${rules.settings.key_env} or run a worker with --home {home} first"
         )
-    console.print(PresidioRedactor(rules, key).hash_token(entity, value))
+    console.print(hash_token(key, entity, value, rules.settings.hash_hex_chars))

@@ -8,8 +8,6 @@ benchmark compares the two on the same input and requires the same findings.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import logging
 import re
 import time
@@ -32,6 +30,7 @@ from presidio_anonymizer.entities import OperatorConfig
 from presidio_anonymizer.entities import RecognizerResult as AnonymizerResult
 from regex._main import Pattern
 
+from redaction.keys import hash_token
 from redaction.rules import RecognizerSpec, RuleSet
 
 log = logging.getLogger("rankscope.redaction")
@@ -345,8 +344,7 @@ class PresidioRedactor:
     # -- anonymization -----------------------------------------------------------------------
     def hash_token(self, entity: str, value: str) -> str:
         """The replacement of a hashed value: stable for one key, unreadable without it."""
-        digest = hmac.new(self._key, value.encode(), hashlib.sha256).hexdigest()
-        return f"[{entity}:{digest[: self.rules.settings.hash_hex_chars]}]"
+        return hash_token(self._key, entity, value, self.rules.settings.hash_hex_chars)
 
     def _operator(self, entity: str) -> OperatorConfig:
         if self._action[entity] == "hash":

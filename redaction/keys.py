@@ -7,6 +7,8 @@ a local run creates a private key file once and reuses it.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import secrets
@@ -41,3 +43,9 @@ def load_key(env_var: str, key_file: Path | None, *, create: bool = False) -> by
     if len(key) < _MIN_KEY_BYTES:
         raise ValueError(f"the redaction key must be at least {_MIN_KEY_BYTES} bytes")
     return key
+
+
+def hash_token(key: bytes, entity: str, value: str, hex_chars: int) -> str:
+    """What the ``hash`` action writes for ``value``: stable for one key, unreadable without."""
+    digest = hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
+    return f"[{entity}:{digest[:hex_chars]}]"

@@ -119,8 +119,9 @@ class RedactionStage:
         so a record read again after a crash rewrites its rows instead of adding to them."""
         out = StageResult()
         per_event = [self.slots(ev) for ev in events]
-        results: dict[tuple[str, str], Redacted | RedactionError] = {}
-        pending: dict[str, list[tuple[_Cache, str]]] = {}
+        # a value's result does not depend on its field: one entry per distinct value
+        results: dict[str, Redacted | RedactionError] = {}
+        pending: dict[str, list[_Cache]] = {}
         stats = self.stats
         for slots in per_event:
             for rule, _, value in slots:
@@ -131,19 +132,16 @@ class RedactionStage:
                 hit = cache.get(value)
                 if hit is not None:
                     stats.cache_hits += 1
-                    results[(cache_id(rule), value)] = hit
+                    results[value] = hit
                 else:
-                    pending.setdefault(value, []).append((cache, cache_id(rule)))
+                    pending.setdefault(value, []).append(cache)
         if pending:
             texts = list(pending)
             for text, res in zip(texts, self.redactor.redact_batch(texts), strict=True):
+                results[text] = res
                 if isinstance(res, Redacted):
-                    for cache, cid in pending[text]:
+                    for cache in pending[text]:
                         cache.put(text, res)
-                        results[(cid, text)] = res
-                else:
-                    for _, cid in pending[text]:
-                        results[(cid, text)] = res
         audit: Counter[tuple[int, str, str, str, str, str, str, str]] = Counter()
         for ev, slots in zip(events, per_event, strict=True):
             if not slots:
@@ -160,7 +158,7 @@ class RedactionStage:
                     dims = (window, ev.cluster, ev.job_id, ev.kind, path, "", "field_policy")
                     audit[(*dims, "drop")] += 1
                     continue
-                res = results[(cache_id(rule), value)]
+                res = results[value]
                 if isinstance(res, RedactionError):
                     failed.append((path, res))
                     continue
@@ -250,10 +248,6 @@ class RedactionStage:
             ts=ev.ts,
             event_json=dump_event(stripped).decode(),
         )
-
-
-def cache_id(rule: FieldRule) -> str:
-    return f"{rule.kind}.{rule.attr}"
 
 
 def fit(text: str, limit: int | None) -> str:

@@ -17,6 +17,7 @@ same files.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -99,7 +100,9 @@ def parse(path: Path) -> NamedQuery:
     return NamedQuery(name, summary, "\n".join(description), tuple(params), sql, path)
 
 
+@functools.cache
 def load_queries(directory: Path = SQL_DIR) -> dict[str, NamedQuery]:
+    """Every named query, parsed once per process (callers read, never change, the dict)."""
     return {q.name: q for q in (parse(p) for p in sorted(directory.glob("*.sql")))}
 
 

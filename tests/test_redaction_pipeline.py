@@ -16,18 +16,18 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka import Consumer, TopicPartition
 from typer.testing import CliRunner
 
 from collectors.faults import scenario_suite, simulate_with_faults
 from collectors.publisher import Publisher, PublisherConfig
 from rankscope.cli import app
+from rankscope.kafka_admin import read_topic
 from rankscope.pipeline import Pipeline, PipelineConfig
 from redaction.policy import FieldPolicy
 from redaction.rules import DEFAULT_RULES_PATH, load_rules
 from schemas.events import Event
 from sinks.clickhouse import connect, storage_tables
-from tests.factories import NOW_NS, comm, eid
+from tests.factories import NOW_NS, comm
 
 MARKERS = ["canary", "192.0.2."]  # every canary holds one of these (case-insensitive)
 
@@ -104,30 +104,6 @@ def _inject(
     return out, injected, secrets
 
 
-def _read_topic(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{eid()}"})
-    try:
-        meta = consumer.list_topics(topic, timeout=10).topics[topic]
-        parts = []
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                parts.append((TopicPartition(topic, p, low), high))
-        consumer.assign([tp for tp, _ in parts])
-        remaining = {tp.partition: high for tp, high in parts}
-        values: list[bytes] = []
-        while remaining:
-            for msg in consumer.consume(500, timeout=5):
-                if msg.error() is not None:
-                    continue
-                values.append(msg.value() or b"")
-                if msg.offset() + 1 >= remaining.get(msg.partition(), 0):
-                    remaining.pop(msg.partition(), None)
-        return values
-    finally:
-        consumer.close()
-
-
 def test_no_canary_reaches_any_table_or_derived_topic(pipeline_config: PipelineConfig) -> None:
     cfg = pipeline_config
     policy = FieldPolicy(load_rules())
@@ -180,10 +156,10 @@ def test_no_canary_reaches_any_table_or_derived_topic(pipeline_config: PipelineC
     ]
     lowered = [s.lower().encode() for s in needles]
     for topic in derived:
-        for value in _read_topic(cfg.bootstrap, topic):
+        for value in read_topic(cfg.bootstrap, topic):
             low = value.lower()
             assert not any(n in low for n in lowered), f"a canary is readable on {topic}"
-    assert _read_topic(cfg.bootstrap, topics.incidents), "the faulted jobs produce incidents"
+    assert read_topic(cfg.bootstrap, topics.incidents), "the faulted jobs produce incidents"
 
     rows = client.query(
         f"SELECT kind, field, entity, sum(count) FROM {db}.redaction_audit FINAL "

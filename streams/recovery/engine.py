@@ -49,7 +49,6 @@ class _Watch:
 class _Job:
     cluster: str
     actions: deque[int] = field(default_factory=deque)  # event times of actions in the window
-    attempts: int = 0
     last_action_ts: int = 0
     last_action: str = ""
     escalated_at: int = -1
@@ -230,7 +229,6 @@ class RecoveryEngine:
                 not_before = max(ts, job.last_action_ts + int(wait * NS))
             job.actions.append(ts)
             job.last_action_ts, job.last_action = not_before, action
-        job.attempts += 1
         self._acted.append((ts, job_id))
         if action not in _NO_WATCH:
             job.watch = _Watch(
