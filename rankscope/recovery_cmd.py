@@ -129,6 +129,11 @@ def status(
     console.print(table)
 
 
+def _log_line(record: dict[str, object]) -> None:
+    """One JSON object per line (not wrapped like rich's console output), for log shippers."""
+    print(json.dumps(record), flush=True)
+
+
 @recovery_app.command()
 def run(
     bootstrap: BootstrapOpt,
@@ -196,6 +201,7 @@ def run(
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     waiting: list[RecoveryEvent] = []  # decisions still in their backoff
+    announced: set[str] = set()  # keys whose wait was logged
     try:
         while not stop:
             msgs = consumer.consume(100, timeout=0.5)
@@ -218,14 +224,16 @@ def run(
                 if outcome is None:
                     if decision.not_before_ts > time.time_ns():
                         waiting.append(decision)
+                        if decision.key not in announced:
+                            announced.add(decision.key)
+                            wait_s = (decision.not_before_ts - time.time_ns()) / 1e9
+                            _log_line({"key": decision.key, "stage": "waiting", "wait_s": wait_s})
                     continue
                 producer.produce(
                     topic, key=outcome.job_id.encode(), value=outcome.model_dump_json()
                 )
-                console.print(
-                    json.dumps(
-                        {"key": outcome.key, "stage": outcome.stage, "reason": outcome.reason[:200]}
-                    )
+                _log_line(
+                    {"key": outcome.key, "stage": outcome.stage, "reason": outcome.reason[:200]}
                 )
             producer.flush(30)
             # a decision waiting for its backoff must be read again after a restart, so offsets

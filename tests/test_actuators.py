@@ -8,22 +8,27 @@ import hmac
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
+from rankscope.pipeline import Pipeline, PipelineConfig, StageProcess
 from schemas.derived import RecoveryEvent
 from sinks.actuators.base import ActuatorRunner, Ledger
 from sinks.actuators.dryrun import DryRunActuator
 from sinks.actuators.webhook import WebhookActuator, WebhookConfig
+from sinks.clickhouse import connect
 
+S = 1_000_000_000
 SECRET = b"webhook-test-secret"
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,6 +52,7 @@ class _Receiver:
                         "key": self.headers.get("X-Rankscope-Key"),
                         "signed": signed,
                         "body": json.loads(body),
+                        "at": time.time_ns(),
                     }
                 )
                 mode = receiver.script.pop(0) if receiver.script else "ok"
@@ -229,3 +235,105 @@ def test_killing_the_runner_mid_way_runs_every_action_once(
     assert outcomes[2]["reason"].startswith("webhook: interrupted")
     keys = [r["key"] for r in receiver.received]
     assert sorted(keys) == sorted(d.key for d in decisions)  # each exactly once
+
+
+def _ledger_states(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as db:
+        return dict(db.execute("SELECT key, state FROM actions").fetchall())
+
+
+def _wait_for(
+    what: str, check: Callable[[], bool], *procs: StageProcess, timeout: float = 90
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        for p in procs:
+            assert p.alive, f"{p.name} exited:\n{p.log_tail()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_killing_recovery_run_between_deciding_and_acting_and_after_acting(
+    receiver: _Receiver, pipeline_config: PipelineConfig
+) -> None:
+    """The Kafka-consuming actuator process (`rankscope recovery run`), SIGKILLed with, at once:
+    a decision read and waiting for its backoff (decided, not acted on), two decisions acted on
+    whose offsets were never committed (after acting), and one in flight (mid-action); a fifth
+    is decided while it is down. After a restart every action has reached the receiver exactly
+    once, and ClickHouse (through the sink) holds one decision and one outcome per key."""
+    cfg = pipeline_config
+    topic = cfg.topics.recovery
+    now = time.time_ns()
+    soon = now + 25 * S  # far enough that the first process cannot reach it
+    d0, d1, d2, late = (_decision(n).model_copy(update={"ts": now}) for n in (0, 1, 2, 4))
+    waits = _decision(3).model_copy(update={"ts": now, "not_before_ts": soon})
+    first = [waits, d0, d1, d2]  # one job key: one partition, read in this order
+    keys = sorted(d.key for d in [*first, late])
+    producer = Producer({"bootstrap.servers": cfg.bootstrap})
+    for d in first:
+        producer.produce(topic, key=d.job_id.encode(), value=d.model_dump_json())
+    assert producer.flush(30) == 0
+
+    ledger = cfg.home / "recovery-ledger.db"
+    run = StageProcess(
+        "actuators",
+        [
+            sys.executable,
+            "-m",
+            "rankscope",
+            "recovery",
+            "run",
+            *cfg.common_args(),
+            "--actuator",
+            "webhook",
+            "--webhook-url",
+            receiver.url,
+        ],
+        cfg.home / "logs" / "actuators.log",
+        env={"RANKSCOPE_WEBHOOK_SECRET": SECRET.decode()},
+    )
+    receiver.script = ["ok", "ok", "hang"]
+    pipeline = Pipeline(cfg)
+    client = connect(cfg.clickhouse_url)
+    run.start()
+    try:
+        _wait_for("three requests", lambda: len(receiver.received) == 3, run)
+        assert f'"key": "{waits.key}", "stage": "waiting"' in run.log_tail()
+        # 0 and 1 acted on (their offsets are not committed), 2 mid-action, 3 decided and waiting
+        assert _ledger_states(ledger) == {d0.key: "finished", d1.key: "finished", d2.key: "claimed"}
+        run.kill()
+        receiver.release.set()
+        producer.produce(topic, key=late.job_id.encode(), value=late.model_dump_json())
+        assert producer.flush(30) == 0
+
+        run.start()
+        pipeline.sink.start()
+
+        def outcomes() -> dict[str, str]:
+            rows = client.query(
+                f"SELECT key, stage, reason FROM {cfg.database}.recovery_actions FINAL "
+                "WHERE stage != 'decided'"
+            ).result_rows
+            return {k: f"{stage}: {why}" for k, stage, why in rows}
+
+        _wait_for("every outcome in ClickHouse", lambda: len(outcomes()) == 5, run, pipeline.sink)
+    finally:
+        receiver.release.set()
+        run.stop()
+        pipeline.sink.stop()
+
+    got = [r["key"] for r in receiver.received]
+    assert sorted(got) == keys  # each action exactly once
+    assert all(r["signed"] for r in receiver.received)
+    # the waiting one ran after its backoff (by the new process: the first one had not run it)
+    assert next(r["at"] for r in receiver.received if r["key"] == waits.key) >= soon
+    done = outcomes()
+    assert done[d2.key].startswith("failed: webhook: interrupted")
+    for d in (d0, d1, waits, late):
+        assert done[d.key].startswith("succeeded: webhook: POST"), done[d.key]
+    rows = client.query(
+        f"SELECT key, stage, count() FROM {cfg.database}.recovery_actions FINAL GROUP BY key, stage"
+    ).result_rows
+    assert sorted((k, s, n) for k, s, n in rows) == sorted(
+        [(k, "decided", 1) for k in keys] + [(k, done[k].split(":")[0], 1) for k in keys]
+    )
