@@ -21,8 +21,20 @@ TOPIC_CONFIG = {
 def create_pipeline_topics(
     bootstrap: str, topics: Topics, partitions: int = 4, timeout_s: float = 30.0
 ) -> None:
-    """Create every topic of the pipeline (idempotent) and wait until metadata shows them."""
-    ensure_topics(bootstrap, topics.all, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s)
+    """Create every topic of the pipeline (idempotent) and wait until metadata shows them.
+
+    The recovery decider's topics get one partition (see ``Topics.single_partition``); the
+    operators' commands are compacted, so the latest pause or resume is kept for good."""
+    single = set(topics.single_partition)
+    many = [t for t in topics.all if t not in single]
+    ensure_topics(bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s)
+    ensure_topics(bootstrap, {topics.recovery_input: 1}, config=TOPIC_CONFIG, timeout_s=timeout_s)
+    ensure_topics(
+        bootstrap,
+        {topics.recovery_control: 1},
+        config={**TOPIC_CONFIG, "cleanup.policy": "compact"},
+        timeout_s=timeout_s,
+    )
 
 
 #: coordinator moving or loading (normal right after a broker or group starts)

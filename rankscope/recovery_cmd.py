@@ -65,12 +65,18 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
 
     from confluent_kafka import Producer
 
-    from schemas.derived import RecoveryControl
+    from schemas.derived import RecoveryControl, RecoveryInput
     from schemas.topics import Topics
 
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
+    topics = Topics(prefix)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    producer.produce(Topics(prefix).recovery_control, key=b"pause", value=command.model_dump_json())
+    # the compacted topic keeps the latest command for good (status, a decider rebuilding);
+    # the decider's input carries it in order with the findings it applies to
+    producer.produce(topics.recovery_control, key=b"pause", value=command.model_dump_json())
+    producer.produce(
+        topics.recovery_input, key=b"pause", value=RecoveryInput(control=command).model_dump_json()
+    )
     if producer.flush(30) != 0:
         raise typer.Exit(1)
 
@@ -83,7 +89,7 @@ def pause(
 ) -> None:
     """Stop automated actions: the decider records matches as suppressed until resumed."""
     _control(bootstrap, prefix, True, reason)
-    console.print("recovery paused (the workers read it from <prefix>.recovery_control)")
+    console.print("recovery paused (the decider reads it from <prefix>.recovery_input)")
 
 
 @recovery_app.command()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DeadLetterCode = Literal[
     "not_utf8",
@@ -306,3 +306,47 @@ class RecoveryControl(BaseModel):
     by: str = Field(default="", max_length=256)
     reason: str = Field(default="", max_length=1024)
     ts: int
+
+
+class StepProgress(BaseModel):
+    """A job's step counter, noted for the recovery decider at most every few seconds of event
+    time (not per span): the highest step completed so far and the nodes that reported."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cluster: str
+    job_id: str
+    step: int = Field(ge=0)
+    ts: int = Field(description="Event time of the span that completed ``step``, ns.")
+    nodes: list[str] = Field(default_factory=list, description="Nodes seen since the last note.")
+
+
+class RecoveryInput(BaseModel):
+    """One record on ``<p>.recovery_input`` (one partition: one decider sees the whole fleet):
+    a finding, a progress note or an operator's command, exactly one of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    detection: Detection | None = None
+    incident: Incident | None = None
+    progress: StepProgress | None = None
+    control: RecoveryControl | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> RecoveryInput:
+        given = [self.detection, self.incident, self.progress, self.control]
+        if sum(x is not None for x in given) != 1:
+            raise ValueError("a recovery input carries exactly one of its fields")
+        return self
+
+    @property
+    def ts(self) -> int:
+        """Event time of the input (a command's issue time)."""
+        if self.detection is not None:
+            return self.detection.detected_ts
+        if self.incident is not None:
+            return self.incident.attributed_ts
+        if self.progress is not None:
+            return self.progress.ts
+        assert self.control is not None
+        return self.control.ts

@@ -71,6 +71,13 @@ class Topics:
         return f"{self.prefix}.recovery"
 
     @property
+    def recovery_input(self) -> str:
+        """What the recovery decider reads (RecoveryInput): findings, progress notes and operator
+        commands of the whole fleet, on ONE partition so one decider (and its circuit breaker)
+        sees them all, in order."""
+        return f"{self.prefix}.recovery_input"
+
+    @property
     def recovery_control(self) -> str:
         """Operator commands to the recovery decider (pause, resume); the latest one wins."""
         return f"{self.prefix}.recovery_control"
@@ -89,8 +96,15 @@ class Topics:
             self.quarantine,
             self.redaction_audit,
             self.recovery,
+            self.recovery_input,
             self.recovery_control,
         ]
+
+    @property
+    def single_partition(self) -> list[str]:
+        """Topics that must have one partition: the decider's input (a fleet-wide view, in
+        order) and the operators' commands (compacted; the latest one wins)."""
+        return [self.recovery_input, self.recovery_control]
 
 
 def partition_key(job_id: str, node: str) -> bytes:

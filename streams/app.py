@@ -8,6 +8,7 @@ recomputes them; re-emitted windows carry the same id and collapse in ClickHouse
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import time
@@ -21,13 +22,21 @@ import faust
 from redaction.keys import load_key
 from redaction.rules import load_rules
 from redaction.stage import RedactionStage, StageResult
-from schemas.derived import RankWindow, RecoveryControl, RecoveryEvent
+from schemas.derived import (
+    RankWindow,
+    RecoveryControl,
+    RecoveryEvent,
+    RecoveryInput,
+    StepProgress,
+)
 from schemas.events import EVENT_LIST_ADAPTER, Event, SpanEvent, dump_events
 from schemas.topics import partition_key
 from streams.analysis.job import JobAnalyzer
 from streams.config import RedactionConfig, StreamsConfig
-from streams.recovery.engine import RecoveryEngine
+from streams.recovery.decider import Decider, replay_horizon_s
 from streams.recovery.policy import load_policy
+from streams.recovery.progress import ProgressNotes
+from streams.recovery.replay import read_partition
 from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
 from streams.windows import WindowAggregator, corrected_ts
 
@@ -97,12 +106,9 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     quarantine_topic = app.topic(topics.quarantine, value_serializer="raw")
     audit_topic = app.topic(topics.redaction_audit, value_serializer="raw")
     recovery_topic = app.topic(topics.recovery, value_serializer="raw")
-    control_topic = app.topic(topics.recovery_control, value_serializer="raw")
-    recovery = (
-        RecoveryEngine(load_policy(config.recovery.policy_path))
-        if config.recovery.enabled
-        else None
-    )
+    recovery_input = app.topic(topics.recovery_input, value_serializer="raw")
+    decider = Decider(load_policy(config.recovery.policy_path)) if config.recovery.enabled else None
+    notes = ProgressNotes(config.recovery.progress_note_s)
     redact = build_redaction(config.redaction)
     detections_topic = app.topic(topics.detections, value_serializer="raw")
     incidents_topic = app.topic(topics.incidents, value_serializer="raw")
@@ -174,44 +180,86 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     analyzer_seen: dict[str, float] = {}  # job -> worker wall clock of its last event
     flushed: set[str] = set()
 
-    # the decider's clock: the latest event time seen, moved on by the wall clock since (a
-    # replay faster than real time keeps event time; a fleet gone quiet still reaches deadlines)
-    event_clock = [0, 0]  # [max event ts, worker wall clock when it was seen]
-
-    def recovery_now() -> int:
-        return event_clock[0] + (time.time_ns() - event_clock[1]) if event_clock[0] else 0
-
-    async def publish_recovery(events: list[RecoveryEvent]) -> None:
-        for r in events:
-            counters.recovery_events += 1
-            await recovery_topic.send(key=r.job_id.encode(), value=r.model_dump_json().encode())
+    async def to_decider(record: RecoveryInput, job_id: str) -> None:
+        if decider is not None:
+            await recovery_input.send(key=job_id.encode(), value=record.model_dump_json().encode())
 
     async def publish_findings(analyzer: JobAnalyzer, flush: bool = False) -> None:
         detections, incidents = analyzer.flush() if flush else analyzer.advance()
         for d in detections:
             counters.detections += 1
             await detections_topic.send(key=d.job_id.encode(), value=d.model_dump_json().encode())
-            if recovery is not None:
-                await publish_recovery(recovery.on_detection(d))
+            await to_decider(RecoveryInput(detection=d), d.job_id)
         for i in incidents:
             counters.incidents += 1
             await incidents_topic.send(key=i.job_id.encode(), value=i.model_dump_json().encode())
-            if recovery is not None:
-                await publish_recovery(recovery.on_incident(i))
+            await to_decider(RecoveryInput(incident=i), i.job_id)
 
-    @app.agent(control_topic, name=f"{config.app_id}.recovery-control")
-    async def recovery_control(stream: faust.StreamT[bytes]) -> None:
-        """Pause and resume, as events: read from the start, so the latest command wins."""
-        async for value in stream:
-            if recovery is None:
+    async def publish_recovery(events: list[RecoveryEvent]) -> None:
+        for r in events:
+            counters.recovery_events += 1
+            await recovery_topic.send(key=r.job_id.encode(), value=r.model_dump_json().encode())
+
+    next_offset = [-1]  # the decider's next input offset; anything else: rebuild first
+
+    @app.agent(recovery_input, name=f"{config.app_id}.recovery-decider")
+    async def decide(stream: faust.StreamT[bytes]) -> None:
+        """The fleet's one decider (its input has one partition): findings, progress notes and
+        operators' commands in, recovery events out."""
+        async for event in stream.events():
+            if decider is None:
                 continue
+            msg = event.message
+            if msg.offset != next_offset[0]:  # first record since start or a partition move
+                await rebuild_decider(msg.partition, msg.offset, int((msg.timestamp or 0) * 1000))
+            next_offset[0] = msg.offset + 1
             try:
-                command = RecoveryControl.model_validate_json(value)
+                record = RecoveryInput.model_validate_json(event.value)
             except ValueError:
-                log.warning("ignoring a malformed recovery control record")
+                log.warning("ignoring a malformed recovery input at offset %d", msg.offset)
                 continue
-            recovery.paused = command.paused
-            log.warning("recovery %s by %s", "paused" if command.paused else "resumed", command.by)
+            if record.control is not None:
+                log.warning(
+                    "recovery %s by %s",
+                    "paused" if record.control.paused else "resumed",
+                    record.control.by,
+                )
+            await publish_recovery(decider.feed(record))
+
+    @app.on_partitions_revoked.connect
+    async def decider_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """Another worker may own the decider now: stop ticking; rebuild if it comes back."""
+        revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
+        if any(tp.topic == topics.recovery_input for tp in revoked):
+            next_offset[0] = -1
+
+    async def rebuild_decider(partition: int, offset: int, record_ms: int) -> None:
+        assert decider is not None
+        findings_s, _ = replay_horizon_s(decider.policy)
+        since_ms = record_ms - int(findings_s * 1000)
+
+        def read() -> tuple[list[RecoveryInput], bool]:
+            commands = [
+                RecoveryControl.model_validate_json(v)
+                for v in read_partition(config.bootstrap, topics.recovery_control, 0, 0)
+            ]
+            earlier = []
+            for value in read_partition(
+                config.bootstrap, topics.recovery_input, partition, since_ms, offset
+            ):
+                try:
+                    earlier.append(RecoveryInput.model_validate_json(value))
+                except ValueError:
+                    continue
+            return earlier, bool(commands and commands[-1].paused)
+
+        started = time.monotonic()
+        earlier, paused = await asyncio.get_running_loop().run_in_executor(None, read)
+        n = decider.rebuild(earlier, paused)
+        log.warning(
+            "recovery decider rebuilt from %d earlier input record(s) in %.1f s (paused: %s)",
+            n, time.monotonic() - started, paused,
+        )  # fmt: skip
 
     @app.agent(events_topic, name=f"{config.app_id}.windows")
     async def windows(stream: faust.StreamT[bytes]) -> None:
@@ -222,15 +270,15 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             last_end = -1
             job_id = ""
             touched: set[str] = set()
-            progress: list[RecoveryEvent] = []
+            progress: list[StepProgress] = []
             for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
                 job_id = ev.job_id
-                if ev.ts > event_clock[0]:
-                    event_clock[0], event_clock[1] = ev.ts, time.time_ns()
-                if recovery is not None and isinstance(ev, SpanEvent):
+                if decider is not None and isinstance(ev, SpanEvent):
                     p = ev.payload
                     if p.phase == "step" and p.status == "ok" and p.step is not None:
-                        progress += recovery.on_progress(ev.cluster, job_id, p.step, ev.ts)
+                        note = notes.observe(ev.cluster, job_id, p.step, ev.ts, ev.node, now)
+                        if note is not None:
+                            progress.append(note)
                 if job_id and config.analysis_enabled:
                     analyzer = analyzers.get(job_id)
                     if analyzer is None:
@@ -260,13 +308,17 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
                 ack_settled()
             for jid in touched:
                 await publish_findings(analyzers[jid])
-            await publish_recovery(progress)
+            for note in progress:
+                await to_decider(RecoveryInput(progress=note), note.job_id)
 
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def close_idle_windows() -> None:
         now = time.time()
-        if recovery is not None and event_clock[0]:  # progress deadlines
-            await publish_recovery(recovery.tick(recovery_now()))
+        if decider is not None:
+            if next_offset[0] >= 0:  # this worker holds the decider's partition
+                await publish_recovery(decider.tick())  # progress deadlines
+            for note in notes.flush_idle(now, idle_s=1.0):
+                await to_decider(RecoveryInput(progress=note), note.job_id)
         closed = agg.close_ready(now)
         await emit(closed)
         if closed:

@@ -66,6 +66,11 @@ class RecoveryConfig(BaseModel):
 
     enabled: bool = True
     policy_path: Path | None = Field(default=None, description="None: the packaged policy.")
+    progress_note_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="A job's step counter reaches the decider at most this often (event time).",
+    )
 
 
 class StreamsConfig(BaseModel):

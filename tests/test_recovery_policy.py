@@ -6,20 +6,27 @@ import itertools
 
 import pytest
 
-from schemas.derived import CauseClass, Detection, Incident, RecoveryEvent
+from schemas.derived import CauseClass, Detection, Incident, RecoveryEvent, RecoveryInput
+from streams.recovery.decider import Decider, replay_horizon_s
 from streams.recovery.engine import RecoveryEngine
 from streams.recovery.policy import JobLimits, Policy, load_policy
+from streams.recovery.progress import ProgressNotes
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S
 
 
-def _policy(**limits: float) -> Policy:
+def _policy(node_rules: bool = False, **limits: float) -> Policy:
+    """The shipped policy with short bounds; without its node rules unless asked (the job
+    tests repeat incidents on one node, which a node rule would also answer)."""
     base = load_policy()
     lim = base.limits.model_copy(
         update={"cooldown_s": 60, "backoff_base_s": 100, "backoff_factor": 2.0, **limits}
     )
-    return base.model_copy(update={"limits": JobLimits.model_validate(lim.model_dump())})
+    rules = [r for r in base.rules if node_rules or not r.per_node]
+    return base.model_copy(
+        update={"limits": JobLimits.model_validate(lim.model_dump()), "rules": rules}
+    )
 
 
 def _incident(
@@ -29,6 +36,7 @@ def _incident(
     n: int = 0,
     confidence: float = 0.95,
     revision: int = 0,
+    node: str = "node003",
 ) -> Incident:
     ts = T0 + int(at_s * S)
     return Incident(
@@ -37,11 +45,11 @@ def _incident(
         cluster="c1",
         job_id=job,
         cause_class=cause,
-        node="node003",
+        node=node,
         gpu=2,
         rank=26,
         confidence=confidence,
-        summary=f"{cause} on node003",
+        summary=f"{cause} on {node}",
         first_cause_ts=ts,
         first_symptom_ts=ts,
         attributed_ts=ts,
@@ -222,3 +230,106 @@ def test_a_rule_matches_one_kind_of_finding() -> None:
     doc["rules"][0]["when"]["detection"] = ["hang"]
     with pytest.raises(ValueError, match="exactly one of them"):
         Policy.model_validate(doc)
+
+
+def test_a_node_that_keeps_failing_is_drained_once() -> None:
+    """XIDs on node003 in two different jobs within a day: each job is restarted without it,
+    and the second finding drains the node (once: a third does not drain it again)."""
+    engine = RecoveryEngine(_policy(node_rules=True))
+    first = engine.on_incident(_incident("j1", 0))
+    assert _brief(first) == [("decided", "exclude_node_and_restart", "j1")]
+    assert engine.on_incident(_incident("j1", 5, revision=1)) == []  # a revision counts once
+    second = engine.on_incident(_incident("j2", 3600, n=1))
+    assert _brief(second) == [
+        ("decided", "exclude_node_and_restart", "j2"),
+        ("decided", "drain_node", "j2"),
+    ]
+    drain = second[1]
+    assert (drain.node, drain.rank, drain.rule) == ("node003", None, "repeat-hardware-drain-node")
+    assert "node003 was named by 2 findings within 86400 s" in drain.reason
+    third = engine.on_incident(_incident("j3", 7200, "gpu_ecc", n=2))
+    assert _brief(third) == [("decided", "exclude_node_and_restart", "j3")]
+    # another node with one XID, and node003 again after the window: counted afresh
+    assert _brief(engine.on_incident(_incident("j4", 7300, n=3, node="node007"))) == [
+        ("decided", "exclude_node_and_restart", "j4")
+    ]
+    late = [engine.on_incident(_incident(f"j{5 + k}", 200_000 + k, n=4 + k)) for k in range(2)]
+    assert [e.action for e in late[0]] == ["exclude_node_and_restart"]
+    assert [e.action for e in late[1]] == ["exclude_node_and_restart", "drain_node"]
+
+
+def test_a_paused_pipeline_drains_nothing() -> None:
+    engine = RecoveryEngine(_policy(node_rules=True))
+    engine.paused = True
+    engine.on_incident(_incident("j1", 0))
+    out = engine.on_incident(_incident("j2", 60, n=1))
+    assert [(e.stage, e.action) for e in out] == [
+        ("suppressed", "exclude_node_and_restart"),
+        ("suppressed", "drain_node"),
+    ]
+
+
+def test_the_circuit_breaker_trips_when_too_many_nodes_are_acted_on() -> None:
+    """Two large jobs on 40 nodes; a switch fails and node after node is excluded: the breaker
+    counts nodes too (4 of 40 is the limit at 10 %), whatever the number of jobs."""
+    engine = RecoveryEngine(_policy(cooldown_s=0, backoff_base_s=0, max_actions=50))
+    for k in range(40):
+        engine.on_progress("c1", f"big{k % 2}", 5, T0, nodes=[f"node{k:03d}"])
+    out: list[RecoveryEvent] = []
+    for k in range(7):
+        out += engine.on_incident(
+            _incident(f"big{k % 2}", 10 + k, "ib_link", n=k, node=f"node{k:03d}")
+        )
+    decided = [e for e in out if e.stage == "decided"]
+    assert [e.node for e in decided if e.action != "escalate"] == [f"node{k:03d}" for k in range(4)]
+    (breaker,) = [e for e in decided if e.action == "escalate"]
+    assert "5 of 40 nodes were acted on" in breaker.reason
+    assert [e.node for e in out if e.stage == "suppressed"] == [f"node{k:03d}" for k in range(4, 7)]
+
+
+def test_progress_notes_thin_step_spans_to_a_note_per_job_and_interval() -> None:
+    notes = ProgressNotes(interval_s=5)
+    out = [
+        notes.observe("c1", "j1", step, T0 + step * S, f"node{rank % 2}", wall=float(step))
+        for step in range(12)
+        for rank in range(4)
+    ]
+    sent = [n for n in out if n is not None]
+    # every 5 s of event time, with the highest step and the nodes seen since the last note
+    assert [(n.step, n.nodes) for n in sent] == [
+        (0, ["node0"]),
+        (5, ["node0", "node1"]),
+        (10, ["node0", "node1"]),
+    ]
+    assert notes.flush_idle(wall=11.5, idle_s=1.0) == []  # still reporting
+    (last,) = notes.flush_idle(wall=13.0, idle_s=1.0)  # quiet: its last step still goes out
+    assert (last.step, last.ts) == (11, T0 + 11 * S)
+    assert notes.flush_idle(wall=20.0, idle_s=1.0) == []  # nothing new since
+
+
+def test_a_recovery_input_carries_one_thing() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        RecoveryInput()
+    both = {"incident": _incident("j1", 0), "detection": _hang("j1", 0)}
+    with pytest.raises(ValueError, match="exactly one"):
+        RecoveryInput(**both)
+
+
+def test_a_rebuilt_decider_decides_what_an_uninterrupted_one_would() -> None:
+    """The state a crash loses comes back from the input read again: bounds, backoff and the
+    progress watch continue where they were (the same keys, the same attempts)."""
+    policy = _policy(max_actions=3, progress_deadline_s=600, cooldown_s=0)
+    inputs = [RecoveryInput(incident=_incident("j1", at, n=n)) for n, at in enumerate((0, 200))]
+    later = RecoveryInput(incident=_incident("j1", 500, n=2))
+    whole = Decider(policy)
+    for r in inputs:
+        whole.feed(r)
+    rebuilt = Decider(policy)
+    assert rebuilt.rebuild(inputs, paused=False) == 2
+    assert rebuilt.feed(later) == whole.feed(later)
+    (third,) = rebuilt.feed(RecoveryInput(incident=_incident("j1", 1500, n=3)))
+    assert third.action == "escalate"  # the bound counts the actions before the crash
+    fresh = Decider(policy)
+    assert fresh.feed(later)[0].attempt == 1  # what a decider without its history would do
+    findings_s, progress_s = replay_horizon_s(policy)
+    assert findings_s >= policy.breaker.reset_s and progress_s >= 600

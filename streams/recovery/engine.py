@@ -13,12 +13,17 @@ the same idempotency keys). The bounds, in the order they apply:
 - **progress**: after an action the job's step counter must move within
   ``progress_deadline_s``; if it does not, the recovery failed: another attempt, or an
   escalation when the bound is reached.
+
+Node rules (``when.node_repeats``) count findings per node across jobs and act on the node
+(``drain_node``) once per repeat window, beside the job rule the same finding triggers; the
+pause and the breaker (which also counts the share of nodes named by node actions) hold them
+back too.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from schemas.derived import Detection, Incident, RecoveryAction, RecoveryEvent, RecoveryStage
@@ -29,6 +34,7 @@ _NO_WATCH: frozenset[str] = frozenset({"escalate", "drain_node"})
 _RESTARTS: frozenset[str] = frozenset(
     {"restart_from_checkpoint", "exclude_node_and_restart", "drain_node"}
 )
+_ON_NODE: frozenset[str] = frozenset({"exclude_node_and_restart", "drain_node"})
 
 
 @dataclass
@@ -63,46 +69,68 @@ class RecoveryEngine:
         self._jobs: dict[str, _Job] = {}
         self._handled: set[tuple[str, str]] = set()  # (trigger id, rule)
         self._seen: dict[str, int] = {}  # job -> last event time it was seen
-        self._acted: deque[tuple[int, str]] = deque()  # (ts, job) of actions, breaker window
+        self._seen_nodes: dict[str, int] = {}  # node -> last event time it was seen
+        # (ts, job, node) of actions in the breaker window; node set for actions on a node
+        self._acted: deque[tuple[int, str, str]] = deque()
         self._breaker_open_until = 0
+        self._node_hits: dict[tuple[str, str], deque[int]] = {}  # (rule, node) -> finding times
+        self._node_acted: dict[tuple[str, str], int] = {}  # (rule, node) -> when it acted
 
     # -- inputs ----------------------------------------------------------------------------
     def on_incident(self, inc: Incident) -> list[RecoveryEvent]:
-        self._see(inc.job_id, inc.attributed_ts)
-        rule = self._rule(
-            lambda m: inc.cause_class in m.incident_cause and inc.confidence >= m.min_confidence,
-            inc.job_id,
-        )
-        if rule is None:
-            return []
+        self._see(inc.job_id, inc.attributed_ts, inc.node)
         reason = f"incident {inc.cause_class} ({inc.confidence:.2f}): {inc.summary}"
-        return self._decide(
-            rule.name, rule.action, inc.cluster, inc.job_id, inc.incident_id,
-            inc.attributed_ts, inc.node, inc.rank, reason,
+        return self._on_finding(
+            lambda m: inc.cause_class in m.incident_cause and inc.confidence >= m.min_confidence,
+            inc.cluster, inc.job_id, inc.incident_id, inc.attributed_ts, inc.node, inc.rank,
+            reason,
         )  # fmt: skip
 
     def on_detection(self, det: Detection) -> list[RecoveryEvent]:
-        self._see(det.job_id, det.detected_ts)
-        rule = self._rule(
-            lambda m: det.detection_type in m.detection and det.score >= m.min_score, det.job_id
-        )
-        if rule is None:
-            return []
+        self._see(det.job_id, det.detected_ts, det.node)
         reason = f"detection {det.detection_type}: {det.summary}"
-        return self._decide(
-            rule.name, rule.action, det.cluster, det.job_id, det.detection_id,
-            det.detected_ts, det.node, det.rank, reason,
+        return self._on_finding(
+            lambda m: det.detection_type in m.detection and det.score >= m.min_score,
+            det.cluster, det.job_id, det.detection_id, det.detected_ts, det.node, det.rank,
+            reason,
         )  # fmt: skip
 
-    def _rule(self, matches: Callable[[Match], bool], job_id: str) -> Rule | None:
-        """The first rule whose match holds for this finding and job."""
-        return next(
-            (r for r in self.policy.rules if matches(r.when) and r.when.job_matches(job_id)), None
-        )
+    def _on_finding(
+        self,
+        matches: Callable[[Match], bool],
+        cluster: str,
+        job_id: str,
+        trigger_id: str,
+        ts: int,
+        node: str,
+        rank: int | None,
+        reason: str,
+    ) -> list[RecoveryEvent]:
+        """The first matching job rule acts on the job; the first node rule whose repeat count
+        is reached acts on the node."""
+        out: list[RecoveryEvent] = []
+        fits = [r for r in self.policy.rules if matches(r.when) and r.when.job_matches(job_id)]
+        rule = next((r for r in fits if not r.per_node), None)
+        if rule is not None:
+            out += self._decide(
+                rule.name, rule.action, cluster, job_id, trigger_id, ts, node, rank, reason
+            )
+        for node_rule in (r for r in fits if r.per_node and node):
+            node_events = self._decide_node(
+                node_rule, cluster, job_id, trigger_id, ts, node, reason
+            )
+            if node_events:
+                out += node_events
+                break
+        return out
 
-    def on_progress(self, cluster: str, job_id: str, step: int, ts: int) -> list[RecoveryEvent]:
-        """A rank of the job completed ``step`` at event time ``ts``."""
+    def on_progress(
+        self, cluster: str, job_id: str, step: int, ts: int, nodes: Iterable[str] = ()
+    ) -> list[RecoveryEvent]:
+        """The job completed ``step`` at event time ``ts``; ``nodes`` reported since."""
         self._see(job_id, ts)
+        for node in nodes:
+            self._see("", ts, node)
         job = self._job(cluster, job_id)
         job.max_step = max(job.max_step, step)
         w = job.watch
@@ -219,7 +247,7 @@ class RecoveryEngine:
             held = "already escalated"
         if held is not None:
             return [event("suppressed", action, f"{held}; {reason}")]
-        tripped = self._breaker(ts, job_id)
+        tripped = self._breaker(ts, job_id, node if action in _ON_NODE else "")
         if tripped is not None:
             return [event("suppressed", action, f"circuit breaker tripped; {reason}"), tripped]
         not_before = ts
@@ -229,7 +257,7 @@ class RecoveryEngine:
                 not_before = max(ts, job.last_action_ts + int(wait * NS))
             job.actions.append(ts)
             job.last_action_ts, job.last_action = not_before, action
-        self._acted.append((ts, job_id))
+        self._acted.append((ts, job_id, node if action in _ON_NODE else ""))
         if action not in _NO_WATCH:
             job.watch = _Watch(
                 key,
@@ -244,6 +272,47 @@ class RecoveryEngine:
                 job.max_step,
             )
         return [event("decided", action, reason, not_before_ts=not_before)]
+
+    def _decide_node(
+        self, rule: Rule, cluster: str, job_id: str, trigger_id: str, ts: int, node: str, why: str
+    ) -> list[RecoveryEvent]:
+        """Count this finding against its node; act on the node when the count is reached."""
+        if (trigger_id, rule.name) in self._handled:
+            return []  # a later revision of the same finding counts once
+        self._handled.add((trigger_id, rule.name))
+        window = int(rule.when.repeat_window_s * NS)
+        hits = self._node_hits.setdefault((rule.name, node), deque())
+        hits.append(ts)
+        while hits and hits[0] <= ts - window:
+            hits.popleft()
+        if len(hits) < rule.when.node_repeats:
+            return []
+        key = RecoveryEvent.make_key(cluster, "node", node, trigger_id, rule.name)
+        reason = (
+            f"{node} was named by {len(hits)} findings within {rule.when.repeat_window_s:g} s "
+            f"(the rule's limit is {rule.when.node_repeats}); the latest: {why}"
+        )
+
+        def event(stage: RecoveryStage, action: RecoveryAction, text: str) -> RecoveryEvent:
+            return self._event(
+                key, stage, action, cluster, job_id, node, None, rule.name, text, trigger_id, 1, ts,
+                not_before_ts=ts,
+            )  # fmt: skip
+
+        acted = self._node_acted.get((rule.name, node))
+        if acted is not None and acted > ts - window:
+            return []  # acted on this node in this window already
+        held = "recovery is paused" if self.paused else None
+        if held is None and ts < self._breaker_open_until:
+            held = "circuit breaker open"
+        if held is not None:
+            return [event("suppressed", rule.action, f"{held}; {reason}")]
+        tripped = self._breaker(ts, "", node)
+        if tripped is not None:
+            return [event("suppressed", rule.action, f"circuit breaker tripped; {reason}"), tripped]
+        self._node_acted[(rule.name, node)] = ts
+        self._acted.append((ts, "", node))
+        return [event("decided", rule.action, reason)]
 
     def _held_back(self, job: _Job, rule_name: str, ts: int) -> str | None:
         """Why a matching finding must not act now, or None."""
@@ -262,29 +331,44 @@ class RecoveryEngine:
             return f"cool-down: {job.last_action} {since:.0f} s ago"
         return None
 
-    def _breaker(self, ts: int, job_id: str) -> RecoveryEvent | None:
+    def _breaker(self, ts: int, job_id: str, node: str) -> RecoveryEvent | None:
+        """An escalation when acting on ``job_id`` / ``node`` too would exceed the fleet
+        shares (jobs acted on of jobs seen, nodes acted on of nodes seen), else None."""
         b = self.policy.breaker
         horizon = ts - int(b.window_s * NS)
         while self._acted and self._acted[0][0] < horizon:
             self._acted.popleft()
-        acted = {j for _, j in self._acted} | {job_id}
-        seen = {j for j, t in self._seen.items() if t >= horizon} | {job_id}
-        if len(acted) < b.min_jobs or len(acted) / len(seen) <= b.max_job_share:
+
+        def share(acted: set[str], seen_at: dict[str, int], least: int, most: float) -> str:
+            acted.discard("")
+            seen = {k for k, t in seen_at.items() if t >= horizon} | acted
+            if len(acted) < least or len(acted) / len(seen) <= most:
+                return ""
+            return f"{len(acted)} of {len(seen)}"
+
+        jobs = share({j for _, j, _ in self._acted} | {job_id}, self._seen, b.min_jobs,
+                     b.max_job_share)  # fmt: skip
+        nodes = share({n for _, _, n in self._acted} | {node}, self._seen_nodes, b.min_nodes,
+                      b.max_node_share)  # fmt: skip
+        if not jobs and not nodes:
             return None
         self._breaker_open_until = ts + int(b.reset_s * NS)
         key = RecoveryEvent.make_key("fleet", str(ts), "circuit-breaker")
+        what = f"{jobs} jobs needed recovery" if jobs else f"{nodes} nodes were acted on"
         why = (
-            f"{len(acted)} of {len(seen)} jobs needed recovery within {b.window_s:g} s: "
-            f"probably a fleet-wide cause; automated actions stop for {b.reset_s:g} s"
+            f"{what} within {b.window_s:g} s: probably a fleet-wide cause; "
+            f"automated actions stop for {b.reset_s:g} s"
         )
         return self._event(
             key, "decided", "escalate", "", "", "", None, "circuit-breaker", why, key, 1, ts
         )
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _see(self, job_id: str, ts: int) -> None:
-        if job_id:
-            self._seen[job_id] = max(self._seen.get(job_id, 0), ts)
+    def _see(self, job_id: str, ts: int, node: str = "") -> None:
+        if job_id and self._seen.get(job_id, 0) < ts:
+            self._seen[job_id] = ts
+        if node and self._seen_nodes.get(node, 0) < ts:
+            self._seen_nodes[node] = ts
 
     def _job(self, cluster: str, job_id: str) -> _Job:
         job = self._jobs.get(job_id)

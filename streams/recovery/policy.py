@@ -36,11 +36,20 @@ class Match(_Strict):
         description="A regex the job id must match in full (teams encode project and queue in "
         "job names); empty: every job.",
     )
+    node_repeats: int = Field(
+        default=0,
+        ge=0,
+        description="A node rule: it acts when the finding's node was named by this many "
+        "matching findings (in any job) within repeat_window_s; 0: a job rule.",
+    )
+    repeat_window_s: float = Field(default=86400, gt=0, description="Node rules.")
 
     @model_validator(mode="after")
     def _one(self) -> Match:
         if bool(self.incident_cause) == bool(self.detection):
             raise ValueError("a rule matches incident_cause or detection, exactly one of them")
+        if self.node_repeats == 1:
+            raise ValueError("node_repeats counts repeats: 0 (a job rule) or at least 2")
         if self.job_id_pattern:
             try:
                 re.compile(self.job_id_pattern)
@@ -53,10 +62,17 @@ class Match(_Strict):
 
 
 class Rule(_Strict):
+    """A job rule acts on the job a finding names (the first matching job rule wins); a node
+    rule (``when.node_repeats``) acts on a node that keeps failing, whichever jobs it ran."""
+
     name: str
     when: Match
     action: RecoveryAction
     description: str = ""
+
+    @property
+    def per_node(self) -> bool:
+        return self.when.node_repeats > 0
 
 
 class JobLimits(_Strict):
@@ -81,6 +97,14 @@ class Breaker(_Strict):
     window_s: float = Field(default=600, gt=0)
     max_job_share: float = Field(default=0.25, gt=0, le=1)
     min_jobs: int = Field(default=4, ge=1, description="Never trip on fewer jobs than this.")
+    max_node_share: float = Field(
+        default=0.1,
+        gt=0,
+        le=1,
+        description="Of the nodes seen in the window, the share that node actions (exclude, "
+        "drain) may name before it trips.",
+    )
+    min_nodes: int = Field(default=4, ge=1, description="Never trip on fewer nodes than this.")
     reset_s: float = Field(default=1800, gt=0, description="Stay open this long, then re-arm.")
 
 

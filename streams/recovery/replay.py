@@ -1,0 +1,60 @@
+"""Read back a stretch of one partition, for a decider rebuilding its state after a restart."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+from confluent_kafka import Consumer, TopicPartition
+
+
+def read_partition(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    since_ms: int,
+    end_offset: int | None = None,
+    timeout_s: float = 60.0,
+) -> Iterator[bytes]:
+    """The values of ``topic``/``partition`` from the first record at or after ``since_ms``
+    (record time) up to ``end_offset`` (exclusive; None: the end now), in offset order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"rankscope-replay-{uuid.uuid4().hex}",  # never commits
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout_s
+        )
+        end = high if end_offset is None else min(end_offset, high)
+        (found,) = consumer.offsets_for_times(
+            [TopicPartition(topic, partition, max(0, since_ms))], timeout=timeout_s
+        )
+        start = found.offset if found.offset >= 0 else end  # -1: nothing that recent
+        start = max(start, low)
+        if start >= end:
+            return
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msgs = consumer.consume(500, timeout=1.0)
+            for msg in msgs:
+                if msg.error() is not None:
+                    continue
+                offset = msg.offset() or 0
+                if offset >= end:
+                    return
+                yield msg.value() or b""
+                if offset + 1 >= end:
+                    return
+            if not msgs and time.monotonic() > deadline:
+                raise TimeoutError(f"reading {topic}/{partition} [{start}, {end}) timed out")
+            if msgs:
+                deadline = time.monotonic() + timeout_s
+    finally:
+        consumer.close()

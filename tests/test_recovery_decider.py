@@ -1,0 +1,130 @@
+"""The recovery decider in a real stream worker on a real broker: one decider for the whole
+fleet (its input has one partition, whichever worker produced the findings), rebuilt from its
+input after a crash so a restart decides exactly what an uninterrupted run would."""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import Producer
+from typer.testing import CliRunner
+
+from rankscope.cli import app as cli
+from rankscope.kafka_admin import read_topic
+from rankscope.pipeline import Pipeline, PipelineConfig
+from schemas.derived import Incident, RecoveryEvent, RecoveryInput, StepProgress
+from streams.recovery.decider import Decider
+from streams.recovery.policy import load_policy
+
+S = 1_000_000_000
+
+
+def _incident(job: str, ts: int) -> RecoveryInput:
+    return RecoveryInput(
+        incident=Incident(
+            incident_id=f"{job}/inc0",
+            revision=0,
+            cluster="c1",
+            job_id=job,
+            cause_class="application",
+            node=f"{job}-node0",
+            rank=0,
+            confidence=0.9,
+            summary="OSError: [Errno 5] Input/output error: '/mnt/ckpt/step_4000'",
+            first_cause_ts=ts,
+            first_symptom_ts=ts,
+            attributed_ts=ts,
+            emitted_ts=ts,
+        )
+    )
+
+
+def _progress(job: str, ts: int) -> RecoveryInput:
+    nodes = [f"{job}-node{k}" for k in range(2)]
+    return RecoveryInput(
+        progress=StepProgress(cluster="c1", job_id=job, step=40, ts=ts, nodes=nodes)
+    )
+
+
+def _send(cfg: PipelineConfig, records: list[RecoveryInput], worker: int) -> None:
+    """As the stream worker ``worker`` of several would: its own producer, its jobs' keys."""
+    producer = Producer({"bootstrap.servers": cfg.bootstrap, "client.id": f"worker-{worker}"})
+    for r in records:
+        job = (r.incident or r.progress or r).job_id  # type: ignore[union-attr]
+        producer.produce(cfg.topics.recovery_input, key=job.encode(), value=r.model_dump_json())
+    assert producer.flush(30) == 0
+
+
+def _decisions(cfg: PipelineConfig) -> list[RecoveryEvent]:
+    return [
+        RecoveryEvent.model_validate_json(v) for v in read_topic(cfg.bootstrap, cfg.topics.recovery)
+    ]
+
+
+def _wait(
+    pipeline: Pipeline, what: str, check: object, timeout: float = 120
+) -> list[RecoveryEvent]:
+    deadline = time.monotonic() + timeout
+    while True:
+        got = _decisions(pipeline.config)
+        if check(got):  # type: ignore[operator]
+            return got
+        assert pipeline.worker.alive, pipeline.worker.log_tail()
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {got}"
+        time.sleep(0.5)
+
+
+def test_one_decider_for_the_fleet_survives_a_crash(pipeline_config: PipelineConfig) -> None:
+    """20 jobs report progress through two workers; a storage outage then fails job after job.
+    The worker is SIGKILLed after the first four decisions; after the restart, the breaker
+    still counts them (5 restarts, then it trips on the 6th of 20 jobs: 3 held back), and the
+    decisions equal an uninterrupted in-process run's, key for key. Then an operator pauses
+    recovery with the CLI, and the next finding is held back by the pause."""
+    cfg = pipeline_config
+    t0 = time.time_ns() - 60 * S
+    progress = [_progress(f"job{j}", t0) for j in range(20)]
+    first = [_incident(f"job{j}", t0 + (10 + j) * S) for j in range(4)]
+    second = [_incident(f"job{j}", t0 + (10 + j) * S) for j in range(4, 8)]
+    _send(cfg, progress[:10], worker=1)
+    _send(cfg, progress[10:], worker=2)
+    _send(cfg, first[:2], worker=1)
+    _send(cfg, first[2:], worker=2)
+
+    pipeline = Pipeline(cfg)
+    pipeline.worker.start()
+    try:
+        _wait(pipeline, "four decisions", lambda got: len(got) == 4)
+        pipeline.worker.kill()
+        _send(cfg, second, worker=2)
+        pipeline.worker.start()
+        got = _wait(
+            pipeline, "the breaker", lambda got: any(e.rule == "circuit-breaker" for e in got)
+        )
+        assert "rebuilt from" in pipeline.worker.log_tail(200)
+
+        result = CliRunner().invoke(
+            cli,
+            ["recovery", "pause", "--bootstrap", cfg.bootstrap, "--topic-prefix", cfg.topic_prefix,
+             "--reason", "storage maintenance"],
+        )  # fmt: skip
+        assert result.exit_code == 0, result.output
+        _send(cfg, [_incident("job9", t0 + 40 * S)], worker=1)
+        got = _wait(pipeline, "the paused one", lambda got: any(e.job_id == "job9" for e in got))
+    finally:
+        pipeline.worker.stop()
+
+    expected = Decider(load_policy())
+    want: list[RecoveryEvent] = []
+    for r in [*progress, *first, *second]:
+        want += expected.feed(r)
+    distinct = {(e.key, e.stage, e.action, e.job_id) for e in got if e.job_id != "job9"}
+    assert distinct == {(e.key, e.stage, e.action, e.job_id) for e in want}
+    decided = [e for e in want if e.stage == "decided" and e.action != "escalate"]
+    assert [e.job_id for e in decided] == [f"job{j}" for j in range(5)]
+    (breaker,) = [e for e in got if e.rule == "circuit-breaker"]
+    assert "6 of 20 jobs needed recovery" in breaker.reason
+    assert sorted(e.job_id for e in got if e.stage == "suppressed" and e.job_id != "job9") == [
+        "job5", "job6", "job7",
+    ]  # fmt: skip
+    (paused,) = [e for e in got if e.job_id == "job9"]
+    assert paused.stage == "suppressed" and paused.reason.startswith("recovery is paused")
