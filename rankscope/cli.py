@@ -367,6 +367,13 @@ def eval_command(
         ),
     ] = 20.0,
     duration: Annotated[float, typer.Option(help="Seconds of event time per run.")] = 60.0,
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--scenario",
+            help="Only this suite variant (repeatable), e.g. hang or gpu_fell_off_bus+clock_skew.",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="JSON results file.")] = Path(
         ".rankscope/eval/results.json"
     ),
@@ -389,6 +396,7 @@ def eval_command(
         out,
         console,
         speed=speed,
+        variants=scenario or (),
     )
     totals = report.totals()
     raise typer.Exit(0 if totals["faulted_runs"] else 1)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,7 @@ from collectors.faults import FaultLabel, SuiteCase, scenario_suite, simulate_wi
 from collectors.publisher import Publisher, PublisherConfig
 from collectors.simulator import pace
 from sinks.named_queries import run_query
-from streams.recovery.policy import load_policy
+from streams.recovery.policy import Policy, load_policy
 
 S = 1_000_000_000
 _STRAGGLER_CLASS = {
@@ -60,7 +59,9 @@ class RunResult:
     expected: str
     events: int = 0
     action: str = ""  # the recovery actions decided for the job, in order (dry run)
-    action_s: float | None = None  # from the fault's onset to the main one (a restart, if any)
+    expected_action: str = ""  # what the policy prescribes for the true fault ("" none)
+    action_ok: bool = True  # the expected action was decided (or none, when none is expected)
+    action_s: float | None = None  # from the fault's onset to the expected action's decision
 
 
 @dataclass
@@ -80,6 +81,7 @@ class EvalReport:
             "noise_runs": len(noise),
             "noise_detections": sum(r.false_positives for r in noise),
             "runs_with_action": sum(bool(r.action) for r in faulted),
+            "right_action": sum(r.action_ok for r in self.runs),
             "noise_actions": sum(bool(r.action) for r in noise),
             "max_action_s": max(
                 (r.action_s for r in self.runs if r.action_s is not None), default=None
@@ -216,8 +218,30 @@ def score_findings(
     return correct, fps, detect_s, found
 
 
+def expected_action(policy: Policy, label: FaultLabel) -> str:
+    """The action the policy's job rules prescribe for the true fault ("" for none): what a
+    pipeline that found the right cause decides. Confidence and job patterns are left out."""
+    if label.outcome == "none":
+        return ""
+    for rule in policy.rules:
+        m = rule.when
+        if rule.per_node:
+            continue
+        if label.outcome in ("root_cause", "unresponsive_node"):
+            if label.cause_class in m.incident_cause:
+                return rule.action
+        elif label.outcome in m.detection:
+            return rule.action
+    return ""
+
+
 def score_run(
-    client: Client, database: str, case: SuiteCase, labels: list[FaultLabel], events: int
+    client: Client,
+    database: str,
+    case: SuiteCase,
+    labels: list[FaultLabel],
+    events: int,
+    policy: Policy | None = None,
 ) -> RunResult:
     job = case.config.job_id
     label = labels[0]
@@ -235,7 +259,8 @@ def score_run(
     )
 
     correct, fps, detect_s, found = score_findings(label, dets, incs)
-    action, action_s = _recovery_actions(client, database, job, label)
+    want = expected_action(policy or load_policy(), label)
+    action, action_s = _recovery_actions(client, database, job, label, want)
     expected = f"{label.outcome}:{label.cause_class or ''}@{label.node or ''}/{label.rank}"
     return RunResult(
         name=case.name,
@@ -251,16 +276,19 @@ def score_run(
         expected=expected,
         events=events,
         action=action,
+        expected_action=want,
+        action_ok=want in action.split(">") if want else not action,
         action_s=action_s,
     )
 
 
 def _recovery_actions(
-    client: Client, database: str, job: str, label: FaultLabel
+    client: Client, database: str, job: str, label: FaultLabel, want: str
 ) -> tuple[str, float | None]:
     """The job's recovery actions in order, and the seconds of event time from the fault's onset
-    to the main one's decision (runs play faster than real time, so the actuator's wall clock is
-    not comparable; the dry-run actuator runs a decision within a poll of reading it)."""
+    to the decision of the expected action (runs play faster than real time, so the actuator's
+    wall clock is not comparable; the dry-run actuator runs a decision within a poll of reading
+    it). Clock-skew variants measure onset on the skewed node's clock, so this can be < 0."""
     rows = list(
         run_query(
             client, "recovery_history", database, {"job_id": job, "hours": "720"}
@@ -269,9 +297,10 @@ def _recovery_actions(
     decided = sorted((r for r in rows if r["stage"] == "decided"), key=lambda r: r["ts"])
     if not decided:
         return "", None
-    # the action that answers the fault: the first restart (or escalation), else the first one
-    main = next((r for r in decided if r["action"] != "dump_stacks"), decided[0])
     actions = ">".join(r["action"] for r in decided)
+    main = next((r for r in decided if r["action"] == want), None)
+    if main is None:
+        return actions, None
     at = main["ts"]  # event time of the decision (runs are replayed faster than real time)
     if at.tzinfo is None:  # ClickHouse DateTime64('UTC') comes back naive
         at = at.replace(tzinfo=dt.UTC)
@@ -280,10 +309,17 @@ def _recovery_actions(
     return actions, round(at.timestamp() - label.onset_ns / S, 2)
 
 
-def suite(ranks: list[int], seeds: int, duration_s: float) -> list[SuiteCase]:
+def suite(
+    ranks: list[int], seeds: int, duration_s: float, variants: Iterable[str] = ()
+) -> list[SuiteCase]:
+    """The suite's cases; ``variants`` (names such as ``hang`` or ``gpu_fell_off_bus+clock_skew``)
+    keeps only those."""
+    keep = set(variants)
     cases: list[SuiteCase] = []
     for r in ranks:
         for c in scenario_suite(r, seeds, duration_s=duration_s):
+            if keep and c.name.rsplit("/", 1)[0] not in keep:
+                continue
             cfg = c.config.model_copy(update={"job_id": f"{c.config.job_id}-r{r}"})
             cases.append(c._replace(config=cfg))
     return rebase(cases, time.time_ns())
@@ -303,6 +339,7 @@ def run_eval(
     console: Any,
     drain_timeout_s: float = 1800.0,
     speed: float = 0.0,
+    variants: Iterable[str] = (),
 ) -> EvalReport:
     """Simulate, publish, process, store, score (``settings``: ``rankscope.settings.Settings``)."""
     from rich.table import Table
@@ -313,17 +350,22 @@ def run_eval(
     from sinks.clickhouse import connect, migrate
 
     t0 = time.monotonic()
-    cases = suite(ranks, seeds, duration_s)
+    cases = suite(ranks, seeds, duration_s, variants)
+    if not cases:
+        raise ValueError(f"no suite case matches {sorted(variants)}")
     # Every run of the suite fails at about the same time, which is exactly what the fleet
-    # circuit breaker stops; runs are independent experiments here, so it is disabled.
+    # circuit breaker stops, and the runs reuse node names (node000 fails in many of them),
+    # which node rules would drain; runs are independent experiments here, so both are off.
     policy = load_policy()
     policy = policy.model_copy(
-        update={"breaker": policy.breaker.model_copy(update={"min_jobs": 10**6})}
+        update={
+            "breaker": policy.breaker.model_copy(update={"min_jobs": 10**6, "min_nodes": 10**6}),
+            "rules": [r for r in policy.rules if not r.per_node],
+        }
     )
     policy_path = settings.home / "eval-recovery-policy.yaml"
     policy_path.parent.mkdir(parents=True, exist_ok=True)
     policy_path.write_text(yaml.safe_dump(policy.model_dump(mode="json")))
-    os.environ["RANKSCOPE_RECOVERY_POLICY"] = str(policy_path)
     report = EvalReport()
     with _services(settings, False, console) as (bootstrap, ch_url):
         create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
@@ -335,6 +377,7 @@ def run_eval(
             topic_prefix=settings.topic_prefix,
             database=settings.database,
             home=settings.home,
+            env={"RANKSCOPE_RECOVERY_POLICY": str(policy_path)},
         )
         with (
             Pipeline(cfg) as pipeline,
@@ -352,11 +395,23 @@ def run_eval(
 
             pipeline.wait_drained(drain_timeout_s, on_poll=show)
         for case, labels, n in runs.values():
-            report.runs.append(score_run(client, settings.database, case, labels, n))
+            report.runs.append(score_run(client, settings.database, case, labels, n, policy))
     report.wall_s = time.monotonic() - t0
 
     table = Table(title=f"rankscope eval: {len(report.runs)} runs")
-    for col in ("run", "ranks", "expected", "found", "ok", "FP", "detect s", "action", "act s"):
+    cols = (
+        "run",
+        "ranks",
+        "expected",
+        "found",
+        "ok",
+        "FP",
+        "detect s",
+        "action",
+        "act ok",
+        "act s",
+    )
+    for col in cols:
         table.add_column(col)
     for r in sorted(report.runs, key=lambda r: (r.ranks, r.name)):
         table.add_row(
@@ -368,6 +423,7 @@ def run_eval(
             str(r.false_positives),
             "" if r.detect_s is None else f"{r.detect_s:.1f}",
             r.action,
+            "yes" if r.action_ok else f"[red]NO[/] (want {r.expected_action})",
             "" if r.action_s is None else f"{r.action_s:.1f}",
         )
     console.print(table)

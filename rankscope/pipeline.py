@@ -76,6 +76,8 @@ class PipelineConfig:
     database: str
     home: Path
     sink_max_batch_rows: int = 50_000
+    #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def topics(self) -> Topics:
@@ -106,7 +108,7 @@ class Pipeline:
         logs = config.home / "logs"
         cli = [sys.executable, "-m", "rankscope"]
         self.worker = StageProcess(
-            "worker", [*cli, "worker", *config.common_args()], logs / "worker.log"
+            "worker", [*cli, "worker", *config.common_args()], logs / "worker.log", config.env
         )
         self.sink = StageProcess(
             "sink",

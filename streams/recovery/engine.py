@@ -73,8 +73,9 @@ class RecoveryEngine:
         # (ts, job, node) of actions in the breaker window; node set for actions on a node
         self._acted: deque[tuple[int, str, str]] = deque()
         self._breaker_open_until = 0
-        self._node_hits: dict[tuple[str, str], deque[int]] = {}  # (rule, node) -> finding times
-        self._node_acted: dict[tuple[str, str], int] = {}  # (rule, node) -> when it acted
+        # (rule, cluster, node) -> times of its findings / when the rule acted on the node
+        self._node_hits: dict[tuple[str, str, str], deque[int]] = {}
+        self._node_acted: dict[tuple[str, str, str], int] = {}
 
     # -- inputs ----------------------------------------------------------------------------
     def on_incident(self, inc: Incident) -> list[RecoveryEvent]:
@@ -281,7 +282,7 @@ class RecoveryEngine:
             return []  # a later revision of the same finding counts once
         self._handled.add((trigger_id, rule.name))
         window = int(rule.when.repeat_window_s * NS)
-        hits = self._node_hits.setdefault((rule.name, node), deque())
+        hits = self._node_hits.setdefault((rule.name, cluster, node), deque())
         hits.append(ts)
         while hits and hits[0] <= ts - window:
             hits.popleft()
@@ -299,7 +300,7 @@ class RecoveryEngine:
                 not_before_ts=ts,
             )  # fmt: skip
 
-        acted = self._node_acted.get((rule.name, node))
+        acted = self._node_acted.get((rule.name, cluster, node))
         if acted is not None and acted > ts - window:
             return []  # acted on this node in this window already
         held = "recovery is paused" if self.paused else None
@@ -310,7 +311,7 @@ class RecoveryEngine:
         tripped = self._breaker(ts, "", node)
         if tripped is not None:
             return [event("suppressed", rule.action, f"circuit breaker tripped; {reason}"), tripped]
-        self._node_acted[(rule.name, node)] = ts
+        self._node_acted[(rule.name, cluster, node)] = ts
         self._acted.append((ts, "", node))
         return [event("decided", rule.action, reason)]
 
