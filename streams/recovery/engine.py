@@ -62,6 +62,19 @@ class _Job:
     watch: _Watch | None = None
 
 
+@dataclass(frozen=True)
+class _Finding:
+    """What a decision needs of its trigger: an incident, a detection or a failed recovery."""
+
+    cluster: str
+    job_id: str
+    trigger_id: str
+    ts: int
+    node: str
+    rank: int | None
+    reason: str
+
+
 class RecoveryEngine:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
@@ -81,45 +94,34 @@ class RecoveryEngine:
     def on_incident(self, inc: Incident) -> list[RecoveryEvent]:
         self._see(inc.job_id, inc.attributed_ts, inc.node)
         reason = f"incident {inc.cause_class} ({inc.confidence:.2f}): {inc.summary}"
+        finding = _Finding(
+            inc.cluster, inc.job_id, inc.incident_id, inc.attributed_ts, inc.node, inc.rank, reason
+        )
         return self._on_finding(
             lambda m: inc.cause_class in m.incident_cause and inc.confidence >= m.min_confidence,
-            inc.cluster, inc.job_id, inc.incident_id, inc.attributed_ts, inc.node, inc.rank,
-            reason,
-        )  # fmt: skip
+            finding,
+        )
 
     def on_detection(self, det: Detection) -> list[RecoveryEvent]:
         self._see(det.job_id, det.detected_ts, det.node)
         reason = f"detection {det.detection_type}: {det.summary}"
+        finding = _Finding(
+            det.cluster, det.job_id, det.detection_id, det.detected_ts, det.node, det.rank, reason
+        )
         return self._on_finding(
-            lambda m: det.detection_type in m.detection and det.score >= m.min_score,
-            det.cluster, det.job_id, det.detection_id, det.detected_ts, det.node, det.rank,
-            reason,
-        )  # fmt: skip
+            lambda m: det.detection_type in m.detection and det.score >= m.min_score, finding
+        )
 
-    def _on_finding(
-        self,
-        matches: Callable[[Match], bool],
-        cluster: str,
-        job_id: str,
-        trigger_id: str,
-        ts: int,
-        node: str,
-        rank: int | None,
-        reason: str,
-    ) -> list[RecoveryEvent]:
+    def _on_finding(self, matches: Callable[[Match], bool], f: _Finding) -> list[RecoveryEvent]:
         """The first matching job rule acts on the job; the first node rule whose repeat count
         is reached acts on the node."""
         out: list[RecoveryEvent] = []
-        fits = [r for r in self.policy.rules if matches(r.when) and r.when.job_matches(job_id)]
+        fits = [r for r in self.policy.rules if matches(r.when) and r.when.job_matches(f.job_id)]
         rule = next((r for r in fits if not r.per_node), None)
         if rule is not None:
-            out += self._decide(
-                rule.name, rule.action, cluster, job_id, trigger_id, ts, node, rank, reason
-            )
-        for node_rule in (r for r in fits if r.per_node and node):
-            node_events = self._decide_node(
-                node_rule, cluster, job_id, trigger_id, ts, node, reason
-            )
+            out += self._decide(rule.name, rule.action, f)
+        for node_rule in (r for r in fits if r.per_node and f.node):
+            node_events = self._decide_node(node_rule, f)
             if node_events:
                 out += node_events
                 break
@@ -181,32 +183,18 @@ class RecoveryEngine:
                     now_ts,
                 )
             )
+            why = f"progress did not resume after {w.action} (attempt {w.attempt})"
             out += self._decide(
                 f"{w.rule}:no-progress",
                 "restart_from_checkpoint",
-                job.cluster,
-                job_id,
-                f"{w.key}:no-progress",
-                now_ts,
-                w.node,
-                w.rank,
-                f"progress did not resume after {w.action} (attempt {w.attempt})",
+                _Finding(job.cluster, job_id, f"{w.key}:no-progress", now_ts, w.node, w.rank, why),
             )
         return out
 
     # -- the decision --------------------------------------------------------------------------
-    def _decide(
-        self,
-        rule_name: str,
-        action: RecoveryAction,
-        cluster: str,
-        job_id: str,
-        trigger_id: str,
-        ts: int,
-        node: str,
-        rank: int | None,
-        reason: str,
-    ) -> list[RecoveryEvent]:
+    def _decide(self, rule_name: str, action: RecoveryAction, f: _Finding) -> list[RecoveryEvent]:
+        cluster, job_id, trigger_id, ts = f.cluster, f.job_id, f.trigger_id, f.ts
+        node, rank, reason = f.node, f.rank, f.reason
         if (trigger_id, rule_name) in self._handled:
             return []  # a later revision of the same incident
         self._handled.add((trigger_id, rule_name))
@@ -274,10 +262,16 @@ class RecoveryEngine:
             )
         return [event("decided", action, reason, not_before_ts=not_before)]
 
-    def _decide_node(
-        self, rule: Rule, cluster: str, job_id: str, trigger_id: str, ts: int, node: str, why: str
-    ) -> list[RecoveryEvent]:
+    def _decide_node(self, rule: Rule, f: _Finding) -> list[RecoveryEvent]:
         """Count this finding against its node; act on the node when the count is reached."""
+        cluster, job_id, trigger_id, ts, node, why = (
+            f.cluster,
+            f.job_id,
+            f.trigger_id,
+            f.ts,
+            f.node,
+            f.reason,
+        )
         if (trigger_id, rule.name) in self._handled:
             return []  # a later revision of the same finding counts once
         self._handled.add((trigger_id, rule.name))
