@@ -36,7 +36,7 @@ from streams.config import RedactionConfig, StreamsConfig
 from streams.recovery.decider import Decider, replay_horizon_s
 from streams.recovery.policy import load_policy
 from streams.recovery.progress import ProgressNotes
-from streams.recovery.replay import read_partition
+from streams.recovery.replay import committed_offset, read_partition
 from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
 from streams.windows import WindowAggregator, corrected_ts
 
@@ -201,6 +201,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             await recovery_topic.send(key=r.job_id.encode(), value=r.model_dump_json().encode())
 
     next_offset = [-1]  # the decider's next input offset; anything else: rebuild first
+    decider_lock = asyncio.Lock()  # a rebuild and the records or ticks around it never interleave
 
     @app.agent(recovery_input, name=f"{config.app_id}.recovery-decider")
     async def decide(stream: faust.StreamT[bytes]) -> None:
@@ -210,21 +211,36 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             if decider is None:
                 continue
             msg = event.message
-            if msg.offset != next_offset[0]:  # first record since start or a partition move
-                await rebuild_decider(msg.partition, msg.offset, int((msg.timestamp or 0) * 1000))
-            next_offset[0] = msg.offset + 1
-            try:
-                record = RecoveryInput.model_validate_json(event.value)
-            except ValueError:
-                log.warning("ignoring a malformed recovery input at offset %d", msg.offset)
-                continue
-            if record.control is not None:
-                log.warning(
-                    "recovery %s by %s",
-                    "paused" if record.control.paused else "resumed",
-                    record.control.by,
-                )
-            await publish_recovery(decider.feed(record))
+            async with decider_lock:
+                if msg.offset != next_offset[0]:  # first record since start or a partition move
+                    await rebuild_decider(
+                        msg.partition, msg.offset, int((msg.timestamp or 0) * 1000)
+                    )
+                next_offset[0] = msg.offset + 1
+                try:
+                    record = RecoveryInput.model_validate_json(event.value)
+                except ValueError:
+                    log.warning("ignoring a malformed recovery input at offset %d", msg.offset)
+                    continue
+                if record.control is not None:
+                    log.warning(
+                        "recovery %s by %s",
+                        "paused" if record.control.paused else "resumed",
+                        record.control.by,
+                    )
+                await publish_recovery(decider.feed(record))
+
+    async def adopt_decider() -> None:
+        """Holding the decider's partition with nothing new to read (a quiet fleet after a
+        restart): rebuild up to the group's committed offset now, so overdue progress deadlines
+        fire without waiting for the next input record."""
+        if not any(tp.topic == topics.recovery_input for tp in app.consumer.assignment()):
+            return
+        start = await asyncio.get_running_loop().run_in_executor(
+            None, committed_offset, config.bootstrap, config.app_id, topics.recovery_input, 0
+        )
+        await rebuild_decider(0, start, int(time.time() * 1000))
+        next_offset[0] = start
 
     @app.on_partitions_revoked.connect
     async def decider_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -315,8 +331,11 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     async def close_idle_windows() -> None:
         now = time.time()
         if decider is not None:
-            if next_offset[0] >= 0:  # this worker holds the decider's partition
-                await publish_recovery(decider.tick())  # progress deadlines
+            async with decider_lock:
+                if next_offset[0] < 0:
+                    await adopt_decider()
+                if next_offset[0] >= 0:  # this worker holds the decider's partition
+                    await publish_recovery(decider.tick())  # progress deadlines
             for note in notes.flush_idle(now, idle_s=1.0):
                 await to_decider(RecoveryInput(progress=note), note.job_id)
         closed = agg.close_ready(now)

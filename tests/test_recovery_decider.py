@@ -5,7 +5,10 @@ input after a crash so a restart decides exactly what an uninterrupted run would
 from __future__ import annotations
 
 import time
+from dataclasses import replace
+from pathlib import Path
 
+import yaml
 from confluent_kafka import Producer
 from typer.testing import CliRunner
 
@@ -15,6 +18,7 @@ from rankscope.pipeline import Pipeline, PipelineConfig
 from schemas.derived import Incident, RecoveryEvent, RecoveryInput, StepProgress
 from streams.recovery.decider import Decider
 from streams.recovery.policy import load_policy
+from streams.recovery.replay import committed_offset
 
 S = 1_000_000_000
 
@@ -128,3 +132,48 @@ def test_one_decider_for_the_fleet_survives_a_crash(pipeline_config: PipelineCon
     ]  # fmt: skip
     (paused,) = [e for e in got if e.job_id == "job9"]
     assert paused.stage == "suppressed" and paused.reason.startswith("recovery is paused")
+
+
+def test_a_restarted_decider_fires_overdue_deadlines_without_new_input(
+    pipeline_config: PipelineConfig, tmp_path: Path
+) -> None:
+    """A job is restarted and then says nothing (its steps never resume). The worker dies
+    before the progress deadline; after the restart no input arrives at all, yet the new
+    decider rebuilds from the committed offset and fails the recovery at its deadline, once."""
+    policy = load_policy()
+    short = policy.model_copy(
+        update={"limits": policy.limits.model_copy(update={"progress_deadline_s": 20.0})}
+    )
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(yaml.safe_dump(short.model_dump(mode="json")))
+    cfg = replace(pipeline_config, env={"RANKSCOPE_RECOVERY_POLICY": str(policy_file)})
+    t0 = time.time_ns() - 60 * S
+    _send(cfg, [_progress("job0", t0), _incident("job0", t0 + 10 * S)], worker=1)
+
+    pipeline = Pipeline(cfg)
+    pipeline.worker.start()
+    try:
+        _wait(pipeline, "the decision", lambda got: len(got) == 1)
+        # both inputs committed: after the restart, nothing is left to read (a quiet fleet)
+        deadline = time.monotonic() + 60
+        while committed_offset(cfg.bootstrap, cfg.streams_group, cfg.topics.recovery_input, 0) < 2:
+            assert time.monotonic() < deadline, "the worker never committed its input"
+            time.sleep(0.2)
+        pipeline.worker.kill()
+        pipeline.worker.start()
+        got = _wait(
+            pipeline,
+            "the failed recovery",
+            lambda got: any(e.stage == "progress_not_resumed" for e in got),
+            timeout=180,
+        )
+    finally:
+        pipeline.worker.stop()
+    got = _decisions(cfg)
+    first = got[0]
+    assert (first.stage, first.action) == ("decided", "restart_from_checkpoint")
+    failed = [e for e in got if e.stage == "progress_not_resumed"]
+    assert [e.key for e in failed] == [first.key]
+    assert "no step after restart_from_checkpoint within 20 s" in failed[0].reason
+    retry = [e for e in got if e.stage == "decided" and e.rule.endswith(":no-progress")]
+    assert len({e.key for e in retry}) == 1 and retry[0].attempt == 2

@@ -58,3 +58,20 @@ def read_partition(
                 deadline = time.monotonic() + timeout_s
     finally:
         consumer.close()
+
+
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int) -> int:
+    """Where ``group`` resumes on ``topic``/``partition``: its committed offset, or the
+    partition's start when it never committed (the workers read from the earliest)."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+    )  # never subscribes: it reads the group's offsets without joining it
+    try:
+        tp = TopicPartition(topic, partition)
+        (found,) = consumer.committed([tp], timeout=30)
+        if found.offset >= 0:
+            return int(found.offset)
+        low, _ = consumer.get_watermark_offsets(tp, timeout=30)
+        return int(low)
+    finally:
+        consumer.close()
