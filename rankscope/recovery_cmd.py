@@ -194,6 +194,9 @@ def run(
             "group.id": f"{prefix}-actuators",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
+            # a runner that died hands its decisions to a standby within 10 s (librdkafka
+            # heartbeats from its own thread, so a slow actuator call does not miss them)
+            "session.timeout.ms": 10_000,
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})

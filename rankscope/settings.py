@@ -27,6 +27,8 @@ class Settings(BaseSettings):
     partitions: int = 4
     redaction_rules: Path | None = None  # None: the packaged default rules
     recovery_policy: Path | None = None  # None: the packaged recovery policy
+    #: how long a silent stream worker keeps its partitions before the group moves them
+    worker_session_timeout_s: float = 60.0
 
     @property
     def topics(self) -> Topics:
@@ -45,6 +47,7 @@ class Settings(BaseSettings):
                 rules_path=self.redaction_rules, key_file=self.home / "redaction.key"
             ),
             recovery=RecoveryConfig(policy_path=self.recovery_policy),
+            session_timeout_s=self.worker_session_timeout_s,
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -89,6 +89,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         broker_commit_interval=1.0,
+        broker_session_timeout=config.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, config.session_timeout_s / 3),
         topic_allow_declare=False,
         topic_disable_leader=True,
     )

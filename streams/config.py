@@ -81,6 +81,13 @@ class StreamsConfig(BaseModel):
     limits: ValidationLimits = ValidationLimits()
     redaction: RedactionConfig = RedactionConfig()
     recovery: RecoveryConfig = RecoveryConfig()
+    session_timeout_s: float = Field(
+        default=60.0,
+        ge=6,
+        description="A worker silent this long loses its partitions to the others. Shorter "
+        "moves work sooner after a crash; too short and a worker busy with a large job misses "
+        "heartbeats and the group rebalances for nothing.",
+    )
     windows: WindowConfig = WindowConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     analysis_enabled: bool = True

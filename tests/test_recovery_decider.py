@@ -21,6 +21,8 @@ from streams.recovery.policy import load_policy
 from streams.recovery.replay import committed_offset
 
 S = 1_000_000_000
+# the killed worker's partitions move after 10 s of silence, not the production default's 60
+FAST_FAILOVER = {"RANKSCOPE_WORKER_SESSION_TIMEOUT_S": "10"}
 
 
 def _incident(job: str, ts: int) -> RecoveryInput:
@@ -94,6 +96,7 @@ def test_one_decider_for_the_fleet_survives_a_crash(pipeline_config: PipelineCon
     _send(cfg, first[:2], worker=1)
     _send(cfg, first[2:], worker=2)
 
+    cfg = replace(cfg, env=FAST_FAILOVER)
     pipeline = Pipeline(cfg)
     pipeline.worker.start()
     try:
@@ -146,7 +149,9 @@ def test_a_restarted_decider_fires_overdue_deadlines_without_new_input(
     )
     policy_file = tmp_path / "policy.yaml"
     policy_file.write_text(yaml.safe_dump(short.model_dump(mode="json")))
-    cfg = replace(pipeline_config, env={"RANKSCOPE_RECOVERY_POLICY": str(policy_file)})
+    cfg = replace(
+        pipeline_config, env={"RANKSCOPE_RECOVERY_POLICY": str(policy_file), **FAST_FAILOVER}
+    )
     t0 = time.time_ns() - 60 * S
     _send(cfg, [_progress("job0", t0), _incident("job0", t0 + 10 * S)], worker=1)
 
