@@ -124,6 +124,10 @@ class ClickHouseSink:
             "fetch.max.bytes": 64 * 1024 * 1024,
             "max.partition.fetch.bytes": 8 * 1024 * 1024,
             "partition.assignment.strategy": "cooperative-sticky",
+            # a crashed sink's partitions move to another after 10 s, not librdkafka's 45 s;
+            # heartbeats come from librdkafka's own thread, so a slow insert does not miss them
+            # (max.poll.interval.ms bounds that instead)
+            "session.timeout.ms": 10_000,
             **config.consumer_extra,
         }
         self._consumer = Consumer(consumer_conf)
