@@ -272,7 +272,15 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
             return earlier, bool(commands and commands[-1].paused)
 
         started = time.monotonic()
-        earlier, paused = await asyncio.get_running_loop().run_in_executor(None, read)
+        try:
+            earlier, paused = await asyncio.get_running_loop().run_in_executor(None, read)
+        except Exception:  # the broker did not answer the read-back: act on nothing unknown
+            log.exception(
+                "the recovery decider could not read its history back; automated recovery is "
+                "PAUSED until an operator resumes it (rankscope recovery resume)"
+            )
+            decider.rebuild([], paused=True)
+            return
         n = decider.rebuild(earlier, paused)
         log.warning(
             "recovery decider rebuilt from %d earlier input record(s) in %.1f s (paused: %s)",

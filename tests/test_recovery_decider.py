@@ -10,6 +10,7 @@ from pathlib import Path
 
 import yaml
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 from typer.testing import CliRunner
 
 from rankscope.cli import app as cli
@@ -182,3 +183,23 @@ def test_a_restarted_decider_fires_overdue_deadlines_without_new_input(
     assert "no step after restart_from_checkpoint within 20 s" in failed[0].reason
     retry = [e for e in got if e.stage == "decided" and e.rule.endswith(":no-progress")]
     assert len({e.key for e in retry}) == 1 and retry[0].attempt == 2
+
+
+def test_a_decider_that_cannot_read_its_history_acts_on_nothing(
+    pipeline_config: PipelineConfig,
+) -> None:
+    """Fail closed: when the read-back fails (here the commands topic is gone), the decider
+    does not guess; it starts paused and says so, and findings are recorded as held back."""
+    cfg = replace(pipeline_config, env=FAST_FAILOVER)
+    admin = AdminClient({"bootstrap.servers": cfg.bootstrap})
+    for future in admin.delete_topics([cfg.topics.recovery_control]).values():
+        future.result(30)
+    _send(cfg, [_incident("job0", time.time_ns())], worker=1)
+    pipeline = Pipeline(cfg)
+    pipeline.worker.start()
+    try:
+        (held,) = _wait(pipeline, "the held-back decision", lambda got: len(got) == 1)
+    finally:
+        pipeline.worker.stop()
+    assert held.stage == "suppressed" and held.reason.startswith("recovery is paused")
+    assert "automated recovery is PAUSED" in pipeline.worker.log_tail(400)
