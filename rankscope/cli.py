@@ -166,10 +166,9 @@ def migrate(
     applied = run_migrations(client, database)
     console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
     days: dict[str, int] = dict.fromkeys(TIME_COLUMNS, ttl_days) if ttl_days is not None else {}
-    for item in ttl or []:
-        table, sep, n = item.partition("=")
-        if not sep or not n.isdigit():
-            raise typer.BadParameter(f"{item!r}: use table=days", param_hint="--ttl")
+    for table, n in _pairs(ttl, "table=days", "--ttl").items():
+        if not n.isdigit():
+            raise typer.BadParameter(f"'{table}={n}': use table=days", param_hint="--ttl")
         days[table] = int(n)
     if days:
         try:
@@ -205,12 +204,7 @@ def query(
     client = connect(url)
     queries = load_queries()
     if sql in queries:
-        values = {}
-        for item in param or []:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise typer.BadParameter(f"{item!r}: use key=value", param_hint="--param")
-            values[key] = value
+        values = _pairs(param, "key=value", "--param")
         try:
             bound = queries[sql].bind(values, database)
         except ValueError as exc:
@@ -221,6 +215,17 @@ def query(
     else:
         result = client.query(sql)
     _print_result(list(result.column_names), result.result_rows, fmt)
+
+
+def _pairs(items: list[str] | None, form: str, option: str) -> dict[str, str]:
+    """Repeated ``name=value`` options as a mapping (the last one of a name wins)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"{item!r}: use {form}", param_hint=option)
+        out[key] = value
+    return out
 
 
 def _print_result(names: list[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:

@@ -10,6 +10,7 @@ from confluent_kafka.admin import AdminClient
 
 from rankscope.services.kafka import ensure_topics
 from schemas.topics import Topics
+from streams.recovery.replay import read_partition
 
 TOPIC_CONFIG = {
     # Let oversized records reach the validate stage, which dead-letters them with a reason
@@ -23,9 +24,9 @@ def create_pipeline_topics(
 ) -> None:
     """Create every topic of the pipeline (idempotent) and wait until metadata shows them.
 
-    The recovery decider's topics get one partition (see ``Topics.single_partition``); the
-    operators' commands are compacted, so the latest pause or resume is kept for good."""
-    single = set(topics.single_partition)
+    The recovery decider's topics get one partition (one decider sees the fleet, in order);
+    the operators' commands are compacted, so the latest pause or resume is kept for good."""
+    single = (topics.recovery_input, topics.recovery_control)
     many = [t for t in topics.all if t not in single]
     ensure_topics(bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s)
     ensure_topics(bootstrap, {topics.recovery_input: 1}, config=TOPIC_CONFIG, timeout_s=timeout_s)
@@ -127,28 +128,12 @@ def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
 
 def read_topic(bootstrap: str, topic: str) -> list[bytes]:
     """Every record of a topic from its start to its end now, in record-time order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
     try:
-        meta = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if meta is None or meta.error is not None:
-            return []
-        ends = {}
-        parts = []
-        for p in meta.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high > low:
-                ends[p] = high
-                parts.append(TopicPartition(topic, p, low))
-        consumer.assign(parts)
-        values: list[tuple[int, bytes]] = []
-        while ends:
-            for msg in consumer.consume(500, timeout=5):
-                if msg.error() is not None:
-                    continue
-                values.append((msg.timestamp()[1], msg.value() or b""))
-                offset, part = msg.offset() or 0, msg.partition() or 0
-                if offset + 1 >= ends.get(part, 0):
-                    ends.pop(part, None)
-        return [v for _, v in sorted(values, key=lambda x: x[0])]
+        meta = probe.list_topics(topic, timeout=10).topics.get(topic)
     finally:
-        consumer.close()
+        probe.close()
+    if meta is None or meta.error is not None:
+        return []
+    records = [r for p in meta.partitions for r in read_partition(bootstrap, topic, p)]
+    return [value for _, value in sorted(records, key=lambda r: r[0])]

@@ -100,12 +100,6 @@ class Topics:
             self.recovery_control,
         ]
 
-    @property
-    def single_partition(self) -> list[str]:
-        """Topics that must have one partition: the decider's input (a fleet-wide view, in
-        order) and the operators' commands (compacted; the latest one wins)."""
-        return [self.recovery_input, self.recovery_control]
-
 
 def partition_key(job_id: str, node: str) -> bytes:
     """Events of one job share a partition (ordering per job); node events key by node."""

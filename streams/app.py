@@ -259,10 +259,10 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         def read() -> tuple[list[RecoveryInput], bool]:
             commands = [
                 RecoveryControl.model_validate_json(v)
-                for v in read_partition(config.bootstrap, topics.recovery_control, 0, 0)
+                for _, v in read_partition(config.bootstrap, topics.recovery_control, 0)
             ]
             earlier = []
-            for value in read_partition(
+            for _, value in read_partition(
                 config.bootstrap, topics.recovery_input, partition, since_ms, offset
             ):
                 try:

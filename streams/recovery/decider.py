@@ -44,10 +44,6 @@ class Decider:
         self.engine = RecoveryEngine(policy)
         self._clock = (0, 0)  # (latest event time read, wall clock when it was read)
 
-    @property
-    def paused(self) -> bool:
-        return self.engine.paused
-
     def feed(self, record: RecoveryInput) -> list[RecoveryEvent]:
         e = self.engine
         if record.control is not None:  # issued on the wall clock: not event time
@@ -79,10 +75,8 @@ class Decider:
         self._clock = (0, 0)
         _, progress_s = replay_horizon_s(self.policy)
         n = 0
-        newest = 0
         records = list(earlier)
-        for r in records:
-            newest = max(newest, r.ts if r.control is None else 0)
+        newest = max((r.ts for r in records if r.control is None), default=0)
         for r in records:
             if r.progress is not None and r.ts < newest - int(progress_s * NS):
                 continue  # older than any watch or breaker window can need

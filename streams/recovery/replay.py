@@ -1,4 +1,5 @@
-"""Read back a stretch of one partition, for a decider rebuilding its state after a restart."""
+"""Read back a stretch of one partition: for a decider rebuilding its state after a restart,
+and for commands that show what a topic holds."""
 
 from __future__ import annotations
 
@@ -6,25 +7,26 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 
 def read_partition(
     bootstrap: str,
     topic: str,
     partition: int,
-    since_ms: int,
+    since_ms: int = 0,
     end_offset: int | None = None,
     timeout_s: float = 60.0,
-) -> Iterator[bytes]:
-    """The values of ``topic``/``partition`` from the first record at or after ``since_ms``
-    (record time) up to ``end_offset`` (exclusive; None: the end now), in offset order."""
+) -> Iterator[tuple[int, bytes]]:
+    """(record time ms, value) of ``topic``/``partition`` from the first record at or after
+    ``since_ms`` up to ``end_offset`` (exclusive; None: the end now), in offset order. Stops at
+    the partition's end too, so a compacted topic's gaps below the end do not stall it."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": f"rankscope-replay-{uuid.uuid4().hex}",  # never commits
             "enable.auto.commit": False,
-            "enable.partition.eof": False,
+            "enable.partition.eof": True,
         }
     )
     try:
@@ -44,12 +46,15 @@ def read_partition(
         while True:
             msgs = consumer.consume(500, timeout=1.0)
             for msg in msgs:
-                if msg.error() is not None:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        return
                     continue
                 offset = msg.offset() or 0
                 if offset >= end:
                     return
-                yield msg.value() or b""
+                yield msg.timestamp()[1], msg.value() or b""
                 if offset + 1 >= end:
                     return
             if not msgs and time.monotonic() > deadline:
