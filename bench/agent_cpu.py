@@ -1,8 +1,8 @@
 """CPU cost of the node agent per sampling cycle: 8 GPUs + 4 HCA ports, as % of one core.
 
 The goal is 1% of one core at 1 s intervals (10 ms of CPU per cycle, all threads included).
-Sources are the real collectors over injected fakes: ``collectors.gpu`` on the fake NVML
-function table (``tests/fakes/nvml.py``) and ``collectors.fabric`` on a fake IB sysfs tree
+Sources are the real collectors over injected fakes: ``rankscope.collectors.gpu`` on the fake NVML
+function table (``tests/fakes/nvml.py``) and ``rankscope.collectors.fabric`` on a fake IB sysfs tree
 (``tests/fakes/sysfs.py``); ``--synthetic`` (or a missing module) falls back to small stand-ins
 producing the same number of events. Two measurements:
 
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from collectors.agent import (  # noqa: E402
+from rankscope.collectors.agent import (  # noqa: E402
     Agent,
     AgentConfig,
     AgentStats,
@@ -42,10 +42,10 @@ from collectors.agent import (  # noqa: E402
     KafkaTransport,
     Transport,
 )
-from collectors.base import BaseCollector, Collector, EventFactory, JobBinding  # noqa: E402
-from collectors.publisher import PublisherConfig  # noqa: E402
-from schemas import Event, FabricCountersEvent, GpuSampleEvent  # noqa: E402
-from schemas.payloads import FabricCounters, GpuSample  # noqa: E402
+from rankscope.collectors.base import BaseCollector, Collector, EventFactory, JobBinding  # noqa: E402
+from rankscope.collectors.publisher import PublisherConfig  # noqa: E402
+from rankscope.schemas import Event, FabricCountersEvent, GpuSampleEvent  # noqa: E402
+from rankscope.schemas.payloads import FabricCounters, GpuSample  # noqa: E402
 
 GOAL_CORE_FRACTION = 0.01
 
@@ -141,8 +141,8 @@ def build_sources(
     """The real collectors over fakes when available, else synthetic stand-ins."""
     if not args.synthetic:
         try:
-            from collectors.fabric import FabricCollectorConfig, create_fabric_collector
-            from collectors.gpu import GpuCollectorConfig, create_gpu_collector
+            from rankscope.collectors.fabric import FabricCollectorConfig, create_fabric_collector
+            from rankscope.collectors.gpu import GpuCollectorConfig, create_gpu_collector
             from tests.fakes.nvml import FakeNvml
             from tests.fakes.sysfs import FakeIbSysfs
         except ImportError as exc:
@@ -158,7 +158,10 @@ def build_sources(
             fabric = create_fabric_collector(
                 FabricCollectorConfig(interval_s=interval_s, sysfs_root=fs.root), factory
             )
-            return [gpu, fabric], "collectors.gpu on FakeNvml + collectors.fabric on FakeIbSysfs"
+            return [
+                gpu,
+                fabric,
+            ], "rankscope.collectors.gpu on FakeNvml + collectors.fabric on FakeIbSysfs"
     return [
         SyntheticGpu(factory, args.gpus, interval_s),
         SyntheticFabric(factory, args.hcas, interval_s),

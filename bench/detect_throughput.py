@@ -26,14 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.faults import GpuFellOffBus, simulate_with_faults
-from collectors.publisher import batch_events
-from collectors.simulator import SimulationConfig
-from schemas.events import EVENT_LIST_ADAPTER, dump_events
-from streams.analysis.job import JobAnalyzer
-from streams.app import tune_gc
-from streams.config import WindowConfig
-from streams.windows import WindowAggregator
+from rankscope.collectors.publisher import batch_events
+from rankscope.schemas.events import EVENT_LIST_ADAPTER, dump_events
+from rankscope.simulation.faults import GpuFellOffBus, simulate_with_faults
+from rankscope.simulation.simulator import SimulationConfig
+from rankscope.streams.analysis.job import JobAnalyzer
+from rankscope.streams.app import tune_gc
+from rankscope.streams.config import WindowConfig
+from rankscope.streams.windows import WindowAggregator
 
 
 def records_for(ranks: int, duration_s: float, seed: int) -> tuple[list[bytes], int]:

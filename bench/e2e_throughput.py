@@ -24,13 +24,13 @@ from confluent_kafka import Consumer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.publisher import Publisher, PublisherConfig
-from collectors.simulator import SimulationConfig, simulate
+from rankscope.collectors.publisher import Publisher, PublisherConfig
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.schemas.events import Event
 from rankscope.services._common import pid_cmdline, pids_with
-from schemas.events import Event
-from sinks.clickhouse import connect, migrate
+from rankscope.simulation.simulator import SimulationConfig, simulate
+from rankscope.sinks.clickhouse import connect, migrate
 
 EVENT_TABLES = ["spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events"]
 

@@ -27,14 +27,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from collectors.faults import GpuFellOffBus, simulate_with_faults
-from collectors.simulator import SimulationConfig
-from redaction.engine import PresidioRedactor
-from redaction.review import load_corpus
-from redaction.rules import load_rules
-from redaction.stage import RedactionStage, fit
-from schemas.events import CommEventEvent, Event, SpanEvent
-from schemas.payloads import CommEvent
+from rankscope.redaction.engine import PresidioRedactor
+from rankscope.redaction.review import load_corpus
+from rankscope.redaction.rules import load_rules
+from rankscope.redaction.stage import RedactionStage, fit
+from rankscope.schemas.events import CommEventEvent, Event, SpanEvent
+from rankscope.schemas.payloads import CommEvent
+from rankscope.simulation.faults import GpuFellOffBus, simulate_with_faults
+from rankscope.simulation.simulator import SimulationConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = b"benchmark-key-0123456789abcdef"

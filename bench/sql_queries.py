@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sinks.clickhouse import connect, migrate
-from sinks.named_queries import load_queries
+from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.sinks.named_queries import load_queries
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS, RANKS = 64, 256

@@ -10,8 +10,8 @@ One agent runs per node (a systemd unit, or a DaemonSet pod). It owns:
   **node inventory** (driver/CUDA/NCCL/kernel/firmware versions, emitted at start and whenever
   its fingerprint changes: config drift is a straggler cause);
 * a **scheduler** thread that calls each polling collector's ``poll`` at its interval;
-* a **write-ahead spool** (:mod:`collectors.spool`) and a **delivery** thread that replays it
-  to Kafka.
+* a **write-ahead spool** (:mod:`rankscope.collectors.spool`) and a **delivery** thread that
+replays it to Kafka.
 
 Scheduling: one thread, earliest-deadline-first over a fixed grid per task (``start + k *
 interval`` on the monotonic clock), so timing errors never accumulate. A poll that overruns its
@@ -86,21 +86,21 @@ import yaml
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from collectors.base import Collector, CollectorConfig, EventFactory, JobRegistry
-from collectors.publisher import (
+from rankscope.collectors.base import Collector, CollectorConfig, EventFactory, JobRegistry
+from rankscope.collectors.publisher import (
     CONTENT_TYPE_HEADER,
     PublisherConfig,
     batch_events,
     producer_settings,
 )
-from collectors.spool import (
+from rankscope.collectors.spool import (
     DEFAULT_MAX_BYTES,
     DEFAULT_SEGMENT_BYTES,
     FsyncPolicy,
     RecordTooLargeError,
     Spool,
 )
-from schemas import (
+from rankscope.schemas import (
     AgentEventEvent,
     Event,
     HeartbeatEvent,
@@ -108,7 +108,7 @@ from schemas import (
     Topics,
     dump_events,
 )
-from schemas.payloads import AgentEvent, AgentEventType, Heartbeat, NodeInventory
+from rankscope.schemas.payloads import AgentEvent, AgentEventType, Heartbeat, NodeInventory
 
 __all__ = [
     "COLLECTORS",
@@ -139,12 +139,16 @@ log = logging.getLogger(__name__)
 #: ``factory(config, event_factory)``. Add an entry to support a new section; modules are
 #: imported only when their section is configured.
 COLLECTORS: dict[str, tuple[str, str, str]] = {
-    "gpu": ("collectors.gpu", "GpuCollectorConfig", "create_gpu_collector"),
-    "fabric": ("collectors.fabric", "FabricCollectorConfig", "create_fabric_collector"),
-    "nccl_log": ("collectors.nccl_log", "NcclLogCollectorConfig", "create_nccl_log_collector"),
-    "slurm": ("collectors.slurm", "SlurmCollectorConfig", "create_slurm_collector"),
+    "gpu": ("rankscope.collectors.gpu", "GpuCollectorConfig", "create_gpu_collector"),
+    "fabric": ("rankscope.collectors.fabric", "FabricCollectorConfig", "create_fabric_collector"),
+    "nccl_log": (
+        "rankscope.collectors.nccl_log",
+        "NcclLogCollectorConfig",
+        "create_nccl_log_collector",
+    ),
+    "slurm": ("rankscope.collectors.slurm", "SlurmCollectorConfig", "create_slurm_collector"),
     "kubernetes": (
-        "collectors.kubernetes",
+        "rankscope.collectors.kubernetes",
         "KubernetesCollectorConfig",
         "create_kubernetes_collector",
     ),
@@ -607,7 +611,8 @@ _LIBRDKAFKA_LOG.addFilter(_RepeatFilter())
 
 class KafkaTransport:
     """``confluent_kafka.Producer`` with the publisher's settings and a callback per batch
-    (librdkafka's own log lines go to ``collectors.agent.librdkafka``, repeats suppressed)."""
+    (librdkafka's own log lines go to ``rankscope.collectors.agent.librdkafka``, repeats
+    suppressed)."""
 
     def __init__(
         self,

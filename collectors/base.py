@@ -1,7 +1,7 @@
 """The node-agent component model: every collector is a small component with a typed config.
 
 A collector turns one source (NVML, sysfs, a log file, the scheduler API, OTel spans) into
-schema-validated events. The agent (``collectors.agent``) owns the components:
+schema-validated events. The agent (``rankscope.collectors.agent``) owns the components:
 
 - polling collectors get ``poll(now_ns)`` called every ``interval_s`` on the agent's thread and
   return the events of that cycle;
@@ -26,8 +26,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from schemas.envelope import Envelope
-from schemas.events import Event
+from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.events import Event
 
 Emit = Callable[[Sequence[Event]], None]
 E = TypeVar("E", bound=Envelope)

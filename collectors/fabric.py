@@ -70,9 +70,9 @@ from typing import Final, NamedTuple
 
 from pydantic import Field, ValidationError
 
-from collectors.base import BaseCollector, CollectorConfig, EventFactory
-from schemas.events import Event, FabricCountersEvent, FabricEventEvent
-from schemas.payloads import FabricCounters, FabricEvent, FabricEventType
+from rankscope.collectors.base import BaseCollector, CollectorConfig, EventFactory
+from rankscope.schemas.events import Event, FabricCountersEvent, FabricEventEvent
+from rankscope.schemas.payloads import FabricCounters, FabricEvent, FabricEventType
 
 __all__ = [
     "DEFAULT_ERROR_COUNTERS",

@@ -67,7 +67,7 @@ from typing import Any, Final, Protocol
 import pynvml
 from pydantic import Field
 
-from collectors.base import (
+from rankscope.collectors.base import (
     BaseCollector,
     CollectorConfig,
     Emit,
@@ -75,8 +75,8 @@ from collectors.base import (
     JobBinding,
     binding_from_environ,
 )
-from schemas.events import Event, FabricEventEvent, GpuEventEvent, GpuSampleEvent
-from schemas.payloads import FabricEvent, GpuEvent, GpuEventType, GpuSample
+from rankscope.schemas.events import Event, FabricEventEvent, GpuEventEvent, GpuSampleEvent
+from rankscope.schemas.payloads import FabricEvent, GpuEvent, GpuEventType, GpuSample
 
 __all__ = [
     "INTERESTING_THROTTLE_MASK",

@@ -77,9 +77,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field
 
-from collectors.base import BaseCollector, CollectorConfig, Emit, EventFactory
-from schemas.events import AgentEventEvent, Event, SchedulerEventEvent
-from schemas.payloads import AgentEvent, SchedulerEvent, SchedulerEventType
+from rankscope.collectors.base import BaseCollector, CollectorConfig, Emit, EventFactory
+from rankscope.schemas.events import AgentEventEvent, Event, SchedulerEventEvent
+from rankscope.schemas.payloads import AgentEvent, SchedulerEvent, SchedulerEventType
 
 __all__ = [
     "KubeApiError",

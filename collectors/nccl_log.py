@@ -74,9 +74,9 @@ from typing import Final, Literal, NamedTuple
 
 from pydantic import Field, ValidationError
 
-from collectors.base import BaseCollector, CollectorConfig, EventFactory
-from schemas.events import CommEventEvent, Event
-from schemas.payloads import CommEvent, CommEventType
+from rankscope.collectors.base import BaseCollector, CollectorConfig, EventFactory
+from rankscope.schemas.events import CommEventEvent, Event
+from rankscope.schemas.payloads import CommEvent, CommEventType
 
 __all__ = [
     "LogTime",

@@ -3,7 +3,7 @@
 Why OTel: training code (or a framework hook) already knows when a step, a forward pass or a
 collective starts and ends, and whether it raised; the OTel SDK gives ids, parent links,
 batching and exception events for free, and the same spans can also go to an OTel Collector
-(decoded by ``streams.otlp`` with the same mapping, ``schemas.otel_mapping``).
+(decoded by ``rankscope.streams.otlp`` with the same mapping, ``rankscope.schemas.otel_mapping``).
 
 Three layers, each usable alone:
 
@@ -47,10 +47,10 @@ from opentelemetry.trace import Span as ApiSpan
 from opentelemetry.trace import Status, StatusCode
 from pydantic import BaseModel, ConfigDict, Field
 
-from collectors.base import JobBinding, binding_from_environ
-from collectors.publisher import Publisher, PublisherConfig
-from schemas.events import Event, SpanEvent
-from schemas.otel_mapping import (
+from rankscope.collectors.base import JobBinding, binding_from_environ
+from rankscope.collectors.publisher import Publisher, PublisherConfig
+from rankscope.schemas.events import Event, SpanEvent
+from rankscope.schemas.otel_mapping import (
     ATTR_CLUSTER,
     ATTR_JOB_ID,
     ATTR_LOCAL_RANK,
@@ -67,7 +67,7 @@ from schemas.otel_mapping import (
     StatusText,
     build_span_event,
 )
-from schemas.payloads import AttrValue, SpanPhase
+from rankscope.schemas.payloads import AttrValue, SpanPhase
 
 __all__ = [
     "ExporterStats",
@@ -199,7 +199,7 @@ def span_to_event(
     """The ``span/1`` event of a finished SDK span (raises :class:`SpanMappingError`).
 
     Span and resource attributes win over ``cluster``/``node``/``binding``/``job_id``, which
-    are only fallbacks (``node`` None: this host's name). See ``schemas.otel_mapping``.
+    are only fallbacks (``node`` None: this host's name). See ``rankscope.schemas.otel_mapping``.
     """
     defaults = identity_defaults(cluster=cluster, node=node, binding=binding, job_id=job_id)
     observed = time.time_ns() if observed_ns is None else observed_ns

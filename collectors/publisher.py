@@ -3,10 +3,10 @@
 Wire contract (the stream workers depend on it; change it only together with them):
 
 * topic ``Topics(prefix).raw(kind)``, one topic per event kind;
-* key ``schemas.partition_key(job_id, node)``: all events of a job land in one partition, so a
-  job's events stay in order; node-level events (no job id) key by node;
+* key ``rankscope.schemas.partition_key(job_id, node)``: all events of a job land in one partition,
+so a job's events stay in order; node-level events (no job id) key by node;
 * value: a JSON array of events of *one* kind and *one* key, serialised with
-  ``schemas.dump_events`` (aliases on, so the discriminator field is called ``schema``);
+  ``rankscope.schemas.dump_events`` (aliases on, so the discriminator field is called ``schema``);
 * header ``content-type: application/json``.
 
 Delivery is idempotent (``enable.idempotence``, ``acks=all``) with bounded retries and a delivery
@@ -27,7 +27,7 @@ from typing import Any, Protocol, Self
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas import Event, Topics, dump_events, partition_key
+from rankscope.schemas import Event, Topics, dump_events, partition_key
 
 __all__ = [
     "CONTENT_TYPE_HEADER",

@@ -55,9 +55,9 @@ from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from collectors.base import BaseCollector, CollectorConfig, EventFactory
-from schemas.events import Event, SchedulerEventEvent
-from schemas.payloads import SchedulerEvent, SchedulerEventType
+from rankscope.collectors.base import BaseCollector, CollectorConfig, EventFactory
+from rankscope.schemas.events import Event, SchedulerEventEvent
+from rankscope.schemas.payloads import SchedulerEvent, SchedulerEventType
 
 __all__ = [
     "CommandRunner",

@@ -21,7 +21,8 @@ Record frame (little-endian), one ``os.write`` per record so a crash tears at mo
     u32 payload length | u32 crc32 | u64 seq | u32 n_events | u16 meta length | meta | payload
 
 The crc covers everything after itself (seq, counts, meta, payload). ``payload`` is one event
-batch in the Kafka wire format (``schemas.dump_events(list)``); ``meta`` is small opaque routing
+batch in the Kafka wire format (``rankscope.schemas.dump_events(list)``); ``meta`` is small opaque
+routing
 data for the reader (the agent stores the event kind and the partition key there, so a replay
 does not have to parse the JSON). Sequence numbers are consecutive across segments and never
 reused, even after every record was acknowledged (the next one continues from ``committed``).

@@ -37,9 +37,9 @@ from queue import Empty
 from threading import BrokenBarrierError
 from typing import Any
 
-from collectors.otel import KafkaSpanExporter, OtelExportConfig, RankTracer
-from collectors.publisher import Publisher, PublisherConfig
-from schemas.payloads import SpanPhase
+from rankscope.collectors.otel import KafkaSpanExporter, OtelExportConfig, RankTracer
+from rankscope.collectors.publisher import Publisher, PublisherConfig
+from rankscope.schemas.payloads import SpanPhase
 
 #: nominal seconds per phase of one step
 PHASE_TIME: dict[SpanPhase, float] = {
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         probe.check_connection(timeout_s=10)  # a clear message instead of a silent hang
     if not args.no_create_topics:
         from rankscope.kafka_admin import create_pipeline_topics
-        from schemas.topics import Topics
+        from rankscope.schemas.topics import Topics
 
         create_pipeline_topics(args.bootstrap, Topics(args.topic_prefix), partitions=2)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from collectors.agent import Agent, AgentStats
+    from rankscope.collectors.agent import Agent, AgentStats
 
 __all__ = ["agent"]
 
@@ -92,8 +92,8 @@ def agent(
     ] = "info",
 ) -> None:
     """Run the node agent: sample this node's collectors, spool, and publish to Kafka."""
-    from collectors.agent import AgentConfig, AgentConfigError, run_agent
-    from collectors.spool import SpoolError
+    from rankscope.collectors.agent import AgentConfig, AgentConfigError, run_agent
+    from rankscope.collectors.spool import SpoolError
 
     level = getattr(logging, log_level.upper(), None)
     if not isinstance(level, int):

@@ -113,7 +113,7 @@ def worker(
     log_level: str = "warn",
 ) -> None:
     """Run a faust stream worker (validate, windows) in the foreground."""
-    from streams.app import run_worker
+    from rankscope.streams.app import run_worker
 
     cfg = _settings(home, bootstrap, prefix=prefix).streams(bootstrap)
     run_worker(cfg.model_copy(update={"log_level": log_level}))
@@ -133,7 +133,7 @@ def sink(
     ] = 50_000,
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
-    from sinks.kafka_sink import run_sink
+    from rankscope.sinks.kafka_sink import run_sink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     cfg = _settings(home, bootstrap, clickhouse_url, prefix, database).sink(
@@ -158,8 +158,8 @@ def migrate(
     ] = None,
 ) -> None:
     """Apply pending ClickHouse migrations (safe to run twice), and set retention if asked."""
-    from sinks.clickhouse import TIME_COLUMNS, apply_ttl, connect
-    from sinks.clickhouse import migrate as run_migrations
+    from rankscope.sinks.clickhouse import TIME_COLUMNS, apply_ttl, connect
+    from rankscope.sinks.clickhouse import migrate as run_migrations
 
     url = clickhouse_url or local_clickhouse_url(home)
     client = connect(url)
@@ -197,8 +197,8 @@ def query(
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
 ) -> None:
     """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse."""
-    from sinks.clickhouse import connect
-    from sinks.named_queries import load_queries
+    from rankscope.sinks.clickhouse import connect
+    from rankscope.sinks.named_queries import load_queries
 
     url = clickhouse_url or local_clickhouse_url(home)
     client = connect(url)
@@ -249,7 +249,7 @@ def _print_result(names: list[str], rows: Sequence[Sequence[Any]], fmt: str) -> 
 @app.command()
 def queries() -> None:
     """List the named queries of the SQL library with their parameters."""
-    from sinks.named_queries import load_queries
+    from rankscope.sinks.named_queries import load_queries
 
     empty = "''"
     table = Table("name", "what it answers", "parameters")
@@ -309,7 +309,7 @@ def demo(
 
     # librdkafka reports transient retries (e.g. "coordinator load in progress") as warnings;
     # the demo surfaces real failures through the publisher's delivery report instead.
-    logging.getLogger("collectors.publisher.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("rankscope.collectors.publisher.librdkafka").setLevel(logging.ERROR)
 
     opts = DemoOptions(
         ranks=ranks,
@@ -334,9 +334,9 @@ def simulate(
     prefix: PrefixOpt = "rankscope",
 ) -> None:
     """Publish a simulated synchronous training job to Kafka (no pipeline started)."""
-    from collectors.publisher import Publisher, PublisherConfig
-    from collectors.simulator import SimulationConfig, pace
-    from collectors.simulator import simulate as run_simulation
+    from rankscope.collectors.publisher import Publisher, PublisherConfig
+    from rankscope.simulation.simulator import SimulationConfig, pace
+    from rankscope.simulation.simulator import simulate as run_simulation
 
     sim = SimulationConfig(ranks=ranks, duration_s=duration, seed=seed, job_id=job_id)
     sent = 0
@@ -391,7 +391,7 @@ def eval_command(
     """Run the labelled fault suite through the real pipeline and score it against truth."""
     from rankscope.evaluate import run_eval
 
-    logging.getLogger("collectors.publisher.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("rankscope.collectors.publisher.librdkafka").setLevel(logging.ERROR)
     sizes = ranks or [64, 512]
     report = run_eval(
         _settings(home, bootstrap, clickhouse_url, prefix, database),
@@ -422,7 +422,7 @@ def incidents(
     """Print incidents as readable timelines: what failed first, and why the others failed."""
     from rankscope.incident_report import write_incident_report
     from rankscope.report import print_incidents
-    from sinks.clickhouse import connect
+    from rankscope.sinks.clickhouse import connect
 
     url = clickhouse_url or local_clickhouse_url(home)
     client = connect(url)
@@ -437,7 +437,7 @@ def incidents(
 @app.command("schemas-export")
 def schemas_export() -> None:
     """Rewrite the committed JSON Schema files from the pydantic models."""
-    from schemas.export import main as export_main
+    from rankscope.schemas.export import main as export_main
 
     raise typer.Exit(export_main())
 

@@ -20,16 +20,16 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from collectors.faults import FaultLabel, parse_faults, simulate_with_faults
-from collectors.publisher import Publisher
-from collectors.simulator import SimulationConfig, pace, simulate
+from rankscope.collectors.publisher import Publisher
 from rankscope.incident_report import write_incident_report
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.plots import heatmap_png, timeline_png
+from rankscope.schemas.events import Event
 from rankscope.settings import Settings
-from schemas.events import Event
-from sinks.clickhouse import connect, migrate, storage_tables
+from rankscope.simulation.faults import FaultLabel, parse_faults, simulate_with_faults
+from rankscope.simulation.simulator import SimulationConfig, pace, simulate
+from rankscope.sinks.clickhouse import connect, migrate, storage_tables
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class DemoOptions:
     keep_services: bool = False
     inject_bad_records: bool = True
     drain_timeout_s: float = 300.0
-    #: a fault-catalogue scenario to inject (collectors.faults.SCENARIOS), or "none"
+    #: a fault-catalogue scenario to inject (rankscope.simulation.faults.SCENARIOS), or "none"
     fault: str = "gpu_fell_off_bus"
 
 
@@ -72,8 +72,8 @@ def _leaky_events(events: list[Event]) -> list[Event]:
     """Agent errors echoing a launcher command line, a traceback with a home path and a DSN,
     and an HTTP error with a signed URL (agent events: the root-cause analysis ignores them, so
     the demo's incident stays the injected fault)."""
-    from schemas.events import AgentEventEvent
-    from schemas.payloads import AgentEvent
+    from rankscope.schemas.events import AgentEventEvent
+    from rankscope.schemas.payloads import AgentEvent
 
     first = next((e for e in events if e.rank is not None), None)
     if first is None:
@@ -247,7 +247,7 @@ def _summary(
     client: Client, database: str, job_id: str, produced: Counter[str], bad: int, console: Console
 ) -> str:
     db = database
-    from sinks.rows import EVENT_TABLES
+    from rankscope.sinks.rows import EVENT_TABLES
 
     tables = {
         m.model_fields["kind"].annotation.__args__[0]: spec.table  # type: ignore[union-attr]
@@ -332,7 +332,7 @@ def _summary(
 def _redaction(client: Client, database: str, job_id: str, console: Console) -> str:
     """What the redaction stage removed from this job's telemetry, and proof that the planted
     secrets are nowhere in ClickHouse."""
-    from sinks.named_queries import run_query
+    from rankscope.sinks.named_queries import run_query
 
     rows = [
         (r["kind"], r["field"], r["entity"], r["action"], r["findings"])
@@ -376,7 +376,7 @@ def _redaction(client: Client, database: str, job_id: str, console: Console) -> 
 
 def _recovery(client: Client, database: str, job_id: str, console: Console) -> str:
     """What automated recovery decided and the (dry-run) actuator did for this job."""
-    from sinks.named_queries import run_query
+    from rankscope.sinks.named_queries import run_query
 
     rows = list(run_query(client, "recovery_history", database, {"job_id": job_id}).named_results())
     t = Table(title="automated recovery (policy mode: dry run)")

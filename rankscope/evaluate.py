@@ -29,11 +29,11 @@ from typing import Any
 import yaml
 from clickhouse_connect.driver.client import Client
 
-from collectors.faults import FaultLabel, SuiteCase, scenario_suite, simulate_with_faults
-from collectors.publisher import Publisher, PublisherConfig
-from collectors.simulator import pace
-from sinks.named_queries import run_query
-from streams.recovery.policy import Policy, load_policy
+from rankscope.collectors.publisher import Publisher, PublisherConfig
+from rankscope.simulation.faults import FaultLabel, SuiteCase, scenario_suite, simulate_with_faults
+from rankscope.simulation.simulator import pace
+from rankscope.sinks.named_queries import run_query
+from rankscope.streams.recovery.policy import Policy, load_policy
 
 S = 1_000_000_000
 _STRAGGLER_CLASS = {
@@ -347,7 +347,7 @@ def run_eval(
     from rankscope.demo import _services
     from rankscope.kafka_admin import create_pipeline_topics
     from rankscope.pipeline import Pipeline, PipelineConfig
-    from sinks.clickhouse import connect, migrate
+    from rankscope.sinks.clickhouse import connect, migrate
 
     t0 = time.monotonic()
     cases = suite(ranks, seeds, duration_s, variants)

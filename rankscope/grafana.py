@@ -27,7 +27,7 @@ from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.dashboard import DataSourceRef
 
-from sinks.named_queries import load_queries
+from rankscope.sinks.named_queries import load_queries
 
 DATASOURCE = DataSourceRef(type_val="grafana-clickhouse-datasource", uid="rankscope-clickhouse")
 DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "compose" / "grafana" / "dashboards"

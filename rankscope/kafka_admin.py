@@ -8,9 +8,9 @@ import uuid
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from rankscope.schemas.topics import Topics
 from rankscope.services.kafka import ensure_topics
-from schemas.topics import Topics
-from streams.recovery.replay import read_partition
+from rankscope.streams.recovery.replay import read_partition
 
 TOPIC_CONFIG = {
     # Let oversized records reach the validate stage, which dead-letters them with a reason

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankscope.kafka_admin import group_lag, group_stable
-from schemas.topics import Topics
+from rankscope.schemas.topics import Topics
 
 
 @dataclass

@@ -17,7 +17,7 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt
 from clickhouse_connect.driver.client import Client
 
-from sinks.named_queries import run_query
+from rankscope.sinks.named_queries import run_query
 
 _ROLE_STYLE = {
     "cause": ("#d1242f", "o", 90),

@@ -38,8 +38,8 @@ def history(
 ) -> None:
     """Every recovery decision, suppression and outcome, newest first (from ClickHouse)."""
     from rankscope.cli import local_clickhouse_url
-    from sinks.clickhouse import connect
-    from sinks.named_queries import run_query
+    from rankscope.sinks.clickhouse import connect
+    from rankscope.sinks.named_queries import run_query
 
     client = connect(clickhouse_url or local_clickhouse_url(home))
     values = {"job_id": job or "", "hours": str(hours)}
@@ -65,8 +65,8 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
 
     from confluent_kafka import Producer
 
-    from schemas.derived import RecoveryControl, RecoveryInput
-    from schemas.topics import Topics
+    from rankscope.schemas.derived import RecoveryControl, RecoveryInput
+    from rankscope.schemas.topics import Topics
 
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
     topics = Topics(prefix)
@@ -112,8 +112,8 @@ def status(
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
-    from schemas.derived import RecoveryControl, RecoveryEvent
-    from schemas.topics import Topics
+    from rankscope.schemas.derived import RecoveryControl, RecoveryEvent
+    from rankscope.schemas.topics import Topics
 
     topics = Topics(prefix)
     control = [
@@ -157,17 +157,17 @@ def run(
     """Run recovery decisions through an actuator, each key at most once (ledger in HOME)."""
     from confluent_kafka import Consumer, KafkaError, Producer
 
-    from schemas.derived import RecoveryEvent
-    from schemas.topics import Topics
-    from sinks.actuators.base import Actuator, ActuatorRunner, Ledger
-    from sinks.actuators.cluster import (
+    from rankscope.schemas.derived import RecoveryEvent
+    from rankscope.schemas.topics import Topics
+    from rankscope.sinks.actuators.base import Actuator, ActuatorRunner, Ledger
+    from rankscope.sinks.actuators.cluster import (
         KubernetesActuator,
         KubernetesConfig,
         RoutingActuator,
         SlurmActuator,
     )
-    from sinks.actuators.dryrun import DryRunActuator
-    from sinks.actuators.webhook import WebhookActuator, WebhookConfig
+    from rankscope.sinks.actuators.dryrun import DryRunActuator
+    from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
 
     act: Actuator
     pager: Actuator = (

@@ -46,10 +46,10 @@ def review(
     Exits 1 when a recall or false-positive threshold of the rules file is not met, so CI can
     gate on it.
     """
-    from redaction.engine import PresidioRedactor
-    from redaction.report import write_review
-    from redaction.review import diff_rules, evaluate, load_corpus
-    from redaction.rules import DEFAULT_RULES_PATH, load_rules, load_rules_at
+    from rankscope.redaction.engine import PresidioRedactor
+    from rankscope.redaction.report import write_review
+    from rankscope.redaction.review import diff_rules, evaluate, load_corpus
+    from rankscope.redaction.rules import DEFAULT_RULES_PATH, load_rules, load_rules_at
 
     rules = load_rules(rules_path)
     redactor = PresidioRedactor(rules, key=b"review-only-key-not-a-secret")
@@ -98,7 +98,7 @@ def audit(
 ) -> None:
     """What redaction found and did: counts per kind, field, entity and rule (never values)."""
     from rankscope.cli import local_clickhouse_url
-    from sinks.clickhouse import check_database_name, connect
+    from rankscope.sinks.clickhouse import check_database_name, connect
 
     allowed = {"kind", "field", "entity", "rule", "action", "job_id", "cluster", "rules_version"}
     cols = [c.strip() for c in by.split(",") if c.strip()]
@@ -146,8 +146,8 @@ def hash_value(
 ) -> None:
     """Print the token the workers write for a hashed value (to search for it, or to map a
     peer address to a node in the analysis config)."""
-    from redaction.keys import hash_token, load_key
-    from redaction.rules import load_rules
+    from rankscope.redaction.keys import hash_token, load_key
+    from rankscope.redaction.rules import load_rules
 
     rules = load_rules(rules_path)
     key = load_key(rules.settings.key_env, home / "redaction.key")

@@ -56,7 +56,7 @@ def location(row: dict[str, Any]) -> str:
 def incident_rows(
     client: Client, database: str, job_id: str | None, limit: int
 ) -> list[dict[str, Any]]:
-    from sinks.named_queries import run_query
+    from rankscope.sinks.named_queries import run_query
 
     values = {"job_id": job_id or "", "limit": str(int(limit))}
     return list(run_query(client, "incidents", database, values).named_results())

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from collectors.publisher import PublisherConfig
-from schemas.topics import Topics
-from sinks.kafka_sink import SinkConfig
-from streams.config import RecoveryConfig, RedactionConfig, StreamsConfig
+from rankscope.collectors.publisher import PublisherConfig
+from rankscope.schemas.topics import Topics
+from rankscope.sinks.kafka_sink import SinkConfig
+from rankscope.streams.config import RecoveryConfig, RedactionConfig, StreamsConfig
 
 
 class Settings(BaseSettings):

@@ -30,8 +30,8 @@ from presidio_anonymizer.entities import OperatorConfig
 from presidio_anonymizer.entities import RecognizerResult as AnonymizerResult
 from regex._main import Pattern
 
-from redaction.keys import hash_token
-from redaction.rules import RecognizerSpec, RuleSet
+from rankscope.redaction.keys import hash_token
+from rankscope.redaction.rules import RecognizerSpec, RuleSet
 
 log = logging.getLogger("rankscope.redaction")
 

@@ -15,9 +15,9 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel
 
-from redaction.rules import FieldAction, RuleSet
-from schemas.envelope import Envelope
-from schemas.events import EVENT_MODELS
+from rankscope.redaction.rules import FieldAction, RuleSet
+from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.events import EVENT_MODELS
 
 FieldShape = Literal["text", "dict"]
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from redaction.policy import FieldPolicy
-from redaction.review import CorpusItem, Evaluation, RuleChange, write_json
-from redaction.rules import RuleSet
+from rankscope.redaction.policy import FieldPolicy
+from rankscope.redaction.review import CorpusItem, Evaluation, RuleChange, write_json
+from rankscope.redaction.rules import RuleSet
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from redaction.engine import Finding, PresidioRedactor
-from redaction.rules import RuleSet
+from rankscope.redaction.engine import Finding, PresidioRedactor
+from rankscope.redaction.rules import RuleSet
 
 
 class LabelledSpan(BaseModel):

@@ -17,11 +17,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
-from redaction.policy import FieldPolicy, FieldRule
-from redaction.rules import RuleSet
-from schemas.derived import QuarantinedEvent, RedactionAudit
-from schemas.events import Event, dump_event
+from rankscope.redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
+from rankscope.redaction.policy import FieldPolicy, FieldRule
+from rankscope.redaction.rules import RuleSet
+from rankscope.schemas.derived import QuarantinedEvent, RedactionAudit
+from rankscope.schemas.events import Event, dump_event
 
 DROPPED = "[DROPPED]"
 QUARANTINED = "[QUARANTINED]"

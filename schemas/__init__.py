@@ -1,8 +1,8 @@
 """Event contracts: pydantic models are the single definition; JSON Schema is exported from them."""
 
-from schemas.derived import DeadLetter, LateEvent, RankWindow
-from schemas.envelope import Envelope, new_event_id
-from schemas.events import (
+from rankscope.schemas.derived import DeadLetter, LateEvent, RankWindow
+from rankscope.schemas.envelope import Envelope, new_event_id
+from rankscope.schemas.events import (
     EVENT_ADAPTER,
     EVENT_LIST_ADAPTER,
     EVENT_MODELS,
@@ -22,7 +22,7 @@ from schemas.events import (
     dump_event,
     dump_events,
 )
-from schemas.topics import Topics, partition_key
+from rankscope.schemas.topics import Topics, partition_key
 
 __all__ = [
     "EVENT_ADAPTER",

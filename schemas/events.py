@@ -10,8 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from schemas.envelope import Envelope
-from schemas.payloads import (
+from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.payloads import (
     AgentEvent,
     CommEvent,
     FabricCounters,

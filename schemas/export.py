@@ -1,7 +1,7 @@
 """Export JSON Schema files from the pydantic models (for other languages and for review).
 
-``python -m schemas.export`` rewrites ``schemas/json``; a test fails when the committed files
-drift from the models, so the JSON files can never silently disagree with the code.
+``python -m rankscope.schemas.export`` rewrites ``schemas/json``; a test fails when the committed
+files drift from the models, so the JSON files can never silently disagree with the code.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
-from schemas.events import MODEL_BY_SCHEMA
+from rankscope.schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
+from rankscope.schemas.events import MODEL_BY_SCHEMA
 
 JSON_DIR = Path(__file__).parent / "json"
 

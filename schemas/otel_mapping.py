@@ -1,10 +1,11 @@
 """OpenTelemetry span -> ``span/1`` event: the one mapping both OTel paths share.
 
-Spans reach rankscope two ways: the in-process exporter (``collectors.otel``, SDK spans) and an
-OpenTelemetry Collector writing OTLP protobuf to Kafka (``streams.otlp``). Both must produce the
-same event for the same span, or a job traced through a Collector would look different from one
-traced directly. Collectors and streams may only import ``schemas``, so the mapping lives here,
-as a pure function over a neutral :class:`OtelSpan` that each side fills from its own types.
+Spans reach rankscope two ways: the in-process exporter (``rankscope.collectors.otel``, SDK spans)
+and an OpenTelemetry Collector writing OTLP protobuf to Kafka (``rankscope.streams.otlp``). Both
+must produce the same event for the same span, or a job traced through a Collector would look
+different from one traced directly. Collectors and streams may only import ``schemas``, so the
+mapping lives here, as a pure function over a neutral :class:`OtelSpan` that each side fills from
+its own types.
 
 Mapping rules (the names of the attributes are the contract with instrumented code):
 
@@ -34,8 +35,8 @@ from typing import Literal, TypeVar, cast, get_args
 
 from pydantic import ValidationError
 
-from schemas.events import SpanEvent
-from schemas.payloads import AttrValue, Span, SpanPhase
+from rankscope.schemas.events import SpanEvent
+from rankscope.schemas.payloads import AttrValue, Span, SpanPhase
 
 __all__ = [
     "ATTR_CLUSTER",

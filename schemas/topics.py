@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.events import KINDS
+from rankscope.schemas.events import KINDS
 
 DEFAULT_PREFIX = "rankscope"
 

@@ -46,7 +46,7 @@ class Migration:
         body = "\n".join(lines).replace("{db}", database)
         out = [s.strip() for s in body.split(";") if s.strip()]
         if "{named:" in body:
-            from sinks.named_queries import load_queries
+            from rankscope.sinks.named_queries import load_queries
 
             queries = load_queries()
             out = [

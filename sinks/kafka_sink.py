@@ -19,7 +19,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
 
-from schemas.derived import (
+from rankscope.schemas.derived import (
     DeadLetter,
     Detection,
     Incident,
@@ -29,10 +29,10 @@ from schemas.derived import (
     RecoveryEvent,
     RedactionAudit,
 )
-from schemas.events import EVENT_LIST_ADAPTER
-from schemas.topics import DEFAULT_PREFIX, Topics
-from sinks.clickhouse import connect, migrate
-from sinks.rows import (
+from rankscope.schemas.events import EVENT_LIST_ADAPTER
+from rankscope.schemas.topics import DEFAULT_PREFIX, Topics
+from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.sinks.rows import (
     AUDIT_TABLE,
     DEADLETTER_TABLE,
     DETECTION_TABLE,

@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from schemas.derived import (
+from rankscope.schemas.derived import (
     DeadLetter,
     Detection,
     Incident,
@@ -18,8 +18,8 @@ from schemas.derived import (
     RankWindow,
     RecoveryEvent,
 )
-from schemas.envelope import Envelope
-from schemas.events import (
+from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.events import (
     AgentEventEvent,
     CommEventEvent,
     Event,

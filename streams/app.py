@@ -19,26 +19,31 @@ from typing import Any, cast
 
 import faust
 
-from redaction.keys import load_key
-from redaction.rules import load_rules
-from redaction.stage import RedactionStage, StageResult
-from schemas.derived import (
+from rankscope.redaction.keys import load_key
+from rankscope.redaction.rules import load_rules
+from rankscope.redaction.stage import RedactionStage, StageResult
+from rankscope.schemas.derived import (
     RankWindow,
     RecoveryControl,
     RecoveryEvent,
     RecoveryInput,
     StepProgress,
 )
-from schemas.events import EVENT_LIST_ADAPTER, Event, SpanEvent, dump_events
-from schemas.topics import partition_key
-from streams.analysis.job import JobAnalyzer
-from streams.config import RedactionConfig, StreamsConfig
-from streams.recovery.decider import Decider, replay_horizon_s
-from streams.recovery.policy import load_policy
-from streams.recovery.progress import ProgressNotes
-from streams.recovery.replay import committed_offset, read_partition
-from streams.validate import RecordRef, ValidationResult, validate_message, validate_otlp_message
-from streams.windows import WindowAggregator, corrected_ts
+from rankscope.schemas.events import EVENT_LIST_ADAPTER, Event, SpanEvent, dump_events
+from rankscope.schemas.topics import partition_key
+from rankscope.streams.analysis.job import JobAnalyzer
+from rankscope.streams.config import RedactionConfig, StreamsConfig
+from rankscope.streams.recovery.decider import Decider, replay_horizon_s
+from rankscope.streams.recovery.policy import load_policy
+from rankscope.streams.recovery.progress import ProgressNotes
+from rankscope.streams.recovery.replay import committed_offset, read_partition
+from rankscope.streams.validate import (
+    RecordRef,
+    ValidationResult,
+    validate_message,
+    validate_otlp_message,
+)
+from rankscope.streams.windows import WindowAggregator, corrected_ts
 
 log = logging.getLogger("rankscope.streams")
 

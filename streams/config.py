@@ -6,8 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from schemas.topics import DEFAULT_PREFIX, Topics
-from streams.analysis.job import AnalysisConfig
+from rankscope.schemas.topics import DEFAULT_PREFIX, Topics
+from rankscope.streams.analysis.job import AnalysisConfig
 
 
 class ValidationLimits(BaseModel):

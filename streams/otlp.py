@@ -7,7 +7,8 @@ encoding each Kafka record is one protobuf ``TracesData`` (pdata's ``ptrace.Prot
 ``resource_spans``, so both decode here.
 
 The decoder is pure (bytes in, events and reasons out) so a faust agent or a test can call it.
-It maps with :func:`schemas.otel_mapping.build_span_event`, the mapping the in-process exporter
+It maps with :func:`rankscope.schemas.otel_mapping.build_span_event`, the mapping the in-process
+exporter
 uses, so a span looks the same whichever way it came. A record that is not OTLP at all raises
 :class:`OtlpDecodeError`; a span that cannot be mapped is reported in the reasons (for the dead
 letter topic) and its neighbours go on. Reasons never quote attribute values or names.
@@ -24,8 +25,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
-from schemas.events import SpanEvent
-from schemas.otel_mapping import (
+from rankscope.schemas.events import SpanEvent
+from rankscope.schemas.otel_mapping import (
     IdentityDefaults,
     OtelEvent,
     OtelSpan,

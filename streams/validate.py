@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from schemas.derived import DeadLetter, DeadLetterCode
-from schemas.events import EVENT_ADAPTER, EVENT_LIST_ADAPTER, MODEL_BY_SCHEMA, Event
-from streams.config import ValidationLimits
+from rankscope.schemas.derived import DeadLetter, DeadLetterCode
+from rankscope.schemas.events import EVENT_ADAPTER, EVENT_LIST_ADAPTER, MODEL_BY_SCHEMA, Event
+from rankscope.streams.config import ValidationLimits
 
 _MAX_ERRORS_IN_REASON = 5
 
@@ -109,7 +109,7 @@ def validate_otlp_message(
     value: bytes | None, ref: RecordRef, limits: ValidationLimits, now_ns: int | None = None
 ) -> ValidationResult:
     """Validate one OTLP protobuf traces record: spans become ``span/1`` events."""
-    from streams.otlp import OtlpDecodeError, decode_otlp_traces
+    from rankscope.streams.otlp import OtlpDecodeError, decode_otlp_traces
 
     now_ns = now_ns if now_ns is not None else time.time_ns()
     raw = value or b""

@@ -25,9 +25,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from schemas.derived import LateEvent, RankWindow
-from schemas.events import Event, GpuSampleEvent, SpanEvent
-from streams.config import WindowConfig
+from rankscope.schemas.derived import LateEvent, RankWindow
+from rankscope.schemas.events import Event, GpuSampleEvent, SpanEvent
+from rankscope.streams.config import WindowConfig
 
 
 @dataclass

@@ -19,7 +19,7 @@ import pytest
 
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import PipelineConfig
-from sinks.clickhouse import connect, migrate
+from rankscope.sinks.clickhouse import connect, migrate
 
 
 @dataclass(frozen=True)

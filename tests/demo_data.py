@@ -14,15 +14,15 @@ from typing import Any
 
 from clickhouse_connect.driver.client import Client
 
-from collectors.faults import parse_faults, simulate_with_faults
-from collectors.simulator import SimulationConfig
 from rankscope.demo import BAD_RECORDS, _leaky_events
-from redaction.rules import load_rules
-from redaction.stage import RedactionStage
-from schemas.derived import Detection, Incident, RankWindow
-from schemas.events import Event
-from sinks.clickhouse import migrate
-from sinks.rows import (
+from rankscope.redaction.rules import load_rules
+from rankscope.redaction.stage import RedactionStage
+from rankscope.schemas.derived import Detection, Incident, RankWindow
+from rankscope.schemas.events import Event
+from rankscope.simulation.faults import parse_faults, simulate_with_faults
+from rankscope.simulation.simulator import SimulationConfig
+from rankscope.sinks.clickhouse import migrate
+from rankscope.sinks.rows import (
     AUDIT_TABLE,
     DEADLETTER_TABLE,
     DETECTION_TABLE,
@@ -32,12 +32,12 @@ from sinks.rows import (
     TableSpec,
     event_spec,
 )
-from streams.analysis.job import JobAnalyzer
-from streams.config import ValidationLimits, WindowConfig
-from streams.recovery.engine import RecoveryEngine
-from streams.recovery.policy import load_policy
-from streams.validate import RecordRef, validate_message
-from streams.windows import WindowAggregator
+from rankscope.streams.analysis.job import JobAnalyzer
+from rankscope.streams.config import ValidationLimits, WindowConfig
+from rankscope.streams.recovery.engine import RecoveryEngine
+from rankscope.streams.recovery.policy import load_policy
+from rankscope.streams.validate import RecordRef, validate_message
+from rankscope.streams.windows import WindowAggregator
 
 
 @dataclass(frozen=True)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import itertools
 import time
 
-from schemas.events import (
+from rankscope.schemas.events import (
     CommEventEvent,
     GpuSampleEvent,
     HeartbeatEvent,
     SchedulerEventEvent,
     SpanEvent,
 )
-from schemas.payloads import CommEvent, GpuSample, Heartbeat, SchedulerEvent, Span
+from rankscope.schemas.payloads import CommEvent, GpuSample, Heartbeat, SchedulerEvent, Span
 
 _ids = itertools.count(1)
 NOW_NS = (time.time_ns() // 10**9) * 10**9

@@ -22,11 +22,11 @@ import pytest
 from confluent_kafka import Producer
 
 from rankscope.pipeline import Pipeline, PipelineConfig, StageProcess
-from schemas.derived import RecoveryEvent
-from sinks.actuators.base import ActuatorRunner, Ledger
-from sinks.actuators.dryrun import DryRunActuator
-from sinks.actuators.webhook import WebhookActuator, WebhookConfig
-from sinks.clickhouse import connect
+from rankscope.schemas.derived import RecoveryEvent
+from rankscope.sinks.actuators.base import ActuatorRunner, Ledger
+from rankscope.sinks.actuators.dryrun import DryRunActuator
+from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
+from rankscope.sinks.clickhouse import connect
 
 S = 1_000_000_000
 SECRET = b"webhook-test-secret"
@@ -170,9 +170,9 @@ def test_backoff_holds_a_decision_until_its_time(tmp_path: Path) -> None:
 _RUN = """
 import sys, json
 from pathlib import Path
-from schemas.derived import RecoveryEvent
-from sinks.actuators.base import ActuatorRunner, Ledger
-from sinks.actuators.webhook import WebhookActuator, WebhookConfig
+from rankscope.schemas.derived import RecoveryEvent
+from rankscope.sinks.actuators.base import ActuatorRunner, Ledger
+from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
 runner = ActuatorRunner(
     WebhookActuator(
         WebhookConfig(url=sys.argv[1], timeout_s=30, retries=0), secret=sys.argv[3].encode()

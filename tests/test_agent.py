@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from collectors import agent as agent_mod
-from collectors.agent import (
+from rankscope.collectors import agent as agent_mod
+from rankscope.collectors.agent import (
     Agent,
     AgentConfig,
     AgentConfigError,
@@ -29,10 +29,10 @@ from collectors.agent import (
     env_overrides,
     inventory_fingerprint,
 )
-from collectors.base import BaseCollector, CollectorConfig, EventFactory, JobRegistry
-from collectors.spool import Spool
-from schemas import EVENT_LIST_ADAPTER, AgentEventEvent, Event, GpuSampleEvent
-from schemas.payloads import GpuSample
+from rankscope.collectors.base import BaseCollector, CollectorConfig, EventFactory, JobRegistry
+from rankscope.collectors.spool import Spool
+from rankscope.schemas import EVENT_LIST_ADAPTER, AgentEventEvent, Event, GpuSampleEvent
+from rankscope.schemas.payloads import GpuSample
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -614,7 +614,7 @@ def test_config_rejects_typos_and_bad_values(tmp_path: Path) -> None:
         AgentConfig.load(tmp_path / "missing.yaml", env={})
 
 
-# A collector module for the registry test: this very module plays "collectors.toy".
+# A collector module for the registry test: this very module plays "rankscope.collectors.toy".
 class ToyCollectorConfig(CollectorConfig):
     interval_s: float = 0.02
     label: str = "toy"
@@ -641,7 +641,7 @@ def test_registry_builds_configured_sections_lazily(
         agent_mod.COLLECTORS, "broken", (__name__, "ToyCollectorConfig", "create_broken_collector")
     )
     monkeypatch.setitem(
-        agent_mod.COLLECTORS, "missing", ("collectors.does_not_exist", "X", "create_x")
+        agent_mod.COLLECTORS, "missing", ("rankscope.collectors.does_not_exist", "X", "create_x")
     )
     with pytest.raises(AgentConfigError, match="label"):
         agent_config(tmp_path, toy={"label": 3}).collector_configs()

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from collectors.agent import Agent, AgentConfig
-from collectors.base import EventFactory, JobRegistry, binding_from_environ
+from rankscope.collectors.agent import Agent, AgentConfig
+from rankscope.collectors.base import EventFactory, JobRegistry, binding_from_environ
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.schemas import EVENT_LIST_ADAPTER
 from rankscope.services import LocalKafka
-from schemas import EVENT_LIST_ADAPTER
-from sinks.clickhouse import connect, migrate
+from rankscope.sinks.clickhouse import connect, migrate
 from tests.conftest import Services
 from tests.test_agent import FakeGpuCollector, StaticInventory, Tap, wait_for
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from collectors.faults import SuiteCase, scenario_suite, simulate_with_faults
 from rankscope.evaluate import score_findings
-from schemas.derived import Detection, Incident
-from schemas.events import Event
-from streams.analysis.job import JobAnalyzer
+from rankscope.schemas.derived import Detection, Incident
+from rankscope.schemas.events import Event
+from rankscope.simulation.faults import SuiteCase, scenario_suite, simulate_with_faults
+from rankscope.streams.analysis.job import JobAnalyzer
 
 CASES = scenario_suite(64, [0], duration_s=60)
 

@@ -7,8 +7,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from collectors.base import EventFactory, JobBinding, JobRegistry
-from schemas.events import (
+from rankscope.collectors.base import EventFactory, JobBinding, JobRegistry
+from rankscope.schemas.events import (
     AgentEventEvent,
     CommEventEvent,
     FabricCountersEvent,
@@ -16,7 +16,7 @@ from schemas.events import (
     GpuEventEvent,
     NodeInventoryEvent,
 )
-from schemas.payloads import (
+from rankscope.schemas.payloads import (
     AgentEvent,
     CommEvent,
     FabricCounters,
@@ -24,8 +24,8 @@ from schemas.payloads import (
     GpuEvent,
     NodeInventory,
 )
-from sinks.clickhouse import applied_versions, available_migrations, connect, migrate
-from sinks.rows import ALL_TABLES, EVENT_TABLES, event_spec
+from rankscope.sinks.clickhouse import applied_versions, available_migrations, connect, migrate
+from rankscope.sinks.rows import ALL_TABLES, EVENT_TABLES, event_spec
 from tests.conftest import Services
 from tests.factories import NOW_NS, gpu_sample, heartbeat, scheduler, span
 
@@ -92,8 +92,8 @@ def test_fast_rows_equal_model_rows_for_every_kind() -> None:
     """The sink's no-revalidation path must write exactly what the model path writes."""
     import json
 
-    from schemas.events import dump_event
-    from sinks.rows import fast_row
+    from rankscope.schemas.events import dump_event
+    from rankscope.sinks.rows import fast_row
 
     events = _every_kind()
     span_ev = events[0]
@@ -167,8 +167,8 @@ def _created() -> set[str]:
 
 
 def test_detections_and_incidents_round_trip(services: Services) -> None:
-    from schemas.derived import Detection, EvidenceItem, Incident
-    from sinks.rows import DETECTION_TABLE, INCIDENT_TABLE
+    from rankscope.schemas.derived import Detection, EvidenceItem, Incident
+    from rankscope.sinks.rows import DETECTION_TABLE, INCIDENT_TABLE
 
     db = f"t{uuid.uuid4().hex[:10]}"
     client = connect(services.clickhouse_url)

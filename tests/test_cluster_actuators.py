@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from schemas.derived import RecoveryEvent
-from sinks.actuators.cluster import (
+from rankscope.schemas.derived import RecoveryEvent
+from rankscope.sinks.actuators.cluster import (
     KubernetesActuator,
     KubernetesConfig,
     RoutingActuator,
     SlurmActuator,
 )
-from sinks.actuators.dryrun import DryRunActuator
+from rankscope.sinks.actuators.dryrun import DryRunActuator
 
 
 def _decision(action: str, node: str = "node003") -> RecoveryEvent:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from schemas.derived import Detection
-from schemas.events import Event, SpanEvent
-from streams.analysis.liveness import LivenessDetector
-from streams.analysis.steps import ClockOffsets, StepJoin
-from streams.analysis.stragglers import StragglerDetector
+from rankscope.schemas.derived import Detection
+from rankscope.schemas.events import Event, SpanEvent
+from rankscope.streams.analysis.liveness import LivenessDetector
+from rankscope.streams.analysis.steps import ClockOffsets, StepJoin
+from rankscope.streams.analysis.stragglers import StragglerDetector
 from tests.factories import NOW_NS, gpu_sample, heartbeat, span
 
 S = 10**9

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import EventFactory, JobBinding, JobRegistry
-from collectors.fabric import (
+from rankscope.collectors.base import EventFactory, JobBinding, JobRegistry
+from rankscope.collectors.fabric import (
     FabricCollector,
     FabricCollectorConfig,
     counter_delta,
     create_fabric_collector,
 )
-from schemas.events import (
+from rankscope.schemas.events import (
     EVENT_LIST_ADAPTER,
     Event,
     FabricCountersEvent,

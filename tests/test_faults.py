@@ -18,7 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from collectors.faults import (
+from rankscope.schemas import (
+    EVENT_ADAPTER,
+    CommEventEvent,
+    Event,
+    FabricCountersEvent,
+    FabricEventEvent,
+    GpuEventEvent,
+    GpuSampleEvent,
+    HeartbeatEvent,
+    NodeInventoryEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+)
+from rankscope.simulation.faults import (
     SCENARIOS,
     TERMINAL_SCENARIOS,
     ClockSkew,
@@ -41,20 +54,7 @@ from collectors.faults import (
     simulate_with_faults,
     write_labels,
 )
-from collectors.simulator import SimulationConfig
-from schemas import (
-    EVENT_ADAPTER,
-    CommEventEvent,
-    Event,
-    FabricCountersEvent,
-    FabricEventEvent,
-    GpuEventEvent,
-    GpuSampleEvent,
-    HeartbeatEvent,
-    NodeInventoryEvent,
-    SchedulerEventEvent,
-    SpanEvent,
-)
+from rankscope.simulation.simulator import SimulationConfig
 
 NS = 1_000_000_000
 START_NS = 1_700_000_000 * NS

@@ -12,8 +12,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from collectors.base import EventFactory, JobRegistry
-from collectors.gpu import (
+from rankscope.collectors.base import EventFactory, JobRegistry
+from rankscope.collectors.gpu import (
     GpuCollector,
     GpuCollectorConfig,
     GpuCollectorUnavailable,
@@ -21,7 +21,7 @@ from collectors.gpu import (
     create_gpu_collector,
     real_nvml,
 )
-from schemas.events import (
+from rankscope.schemas.events import (
     EVENT_LIST_ADAPTER,
     Event,
     FabricEventEvent,
@@ -708,7 +708,7 @@ def test_event_device_matches_its_gpu_for_real_ctypes_handles() -> None:
     a new pointer object to the same device and must still find its GPU."""
     import ctypes
 
-    from collectors.gpu import _handle_key
+    from rankscope.collectors.gpu import _handle_key
 
     h = pynvml.c_nvmlDevice_t()
     ctypes.cast(ctypes.byref(h), ctypes.POINTER(ctypes.c_void_p))[0] = 0x1234

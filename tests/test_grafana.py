@@ -21,7 +21,7 @@ from rankscope.grafana import (
     expand,
     panels,
 )
-from sinks.clickhouse import connect
+from rankscope.sinks.clickhouse import connect
 from tests.conftest import Services
 from tests.demo_data import DemoData, load_demo
 
@@ -118,7 +118,7 @@ def test_a_one_job_one_hour_panel_reads_a_small_share_of_the_table(services: Ser
     for one job and one hour must skip most granules by partition and primary key."""
     db = f"pk{uuid.uuid4().hex[:10]}"
     admin = connect(services.clickhouse_url)
-    from sinks.clickhouse import migrate
+    from rankscope.sinks.clickhouse import migrate
 
     migrate(admin, db)
     t0 = (int(dt.datetime.now(dt.UTC).timestamp()) // 3600 - 48) * 3600

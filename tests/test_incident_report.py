@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from collectors.faults import scenario_suite, simulate_with_faults
 from rankscope.incident_report import WHY_OTHERS_FAILED, incident_html, incident_markdown
-from schemas.derived import Detection, Incident
-from sinks.rows import DETECTION_TABLE, INCIDENT_TABLE
+from rankscope.schemas.derived import Detection, Incident
+from rankscope.simulation.faults import scenario_suite, simulate_with_faults
+from rankscope.sinks.rows import DETECTION_TABLE, INCIDENT_TABLE
 from tests.test_analysis_suite import analyse
 
 

@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 import pytest
 
-from collectors.base import EventFactory
-from collectors.kubernetes import (
+from rankscope.collectors.base import EventFactory
+from rankscope.collectors.kubernetes import (
     KubeConfigError,
     KubernetesCollector,
     KubernetesCollectorConfig,
@@ -34,7 +34,7 @@ from collectors.kubernetes import (
     parse_k8s_time,
     resolve_connection,
 )
-from schemas.events import AgentEventEvent, Event, SchedulerEventEvent
+from rankscope.schemas.events import AgentEventEvent, Event, SchedulerEventEvent
 
 DATA = Path(__file__).parent / "data" / "kubernetes"
 NOW_NS = 1_762_800_000_000_000_000

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from clickhouse_connect.driver.client import Client
 
-from schemas.derived import (
+from rankscope.schemas.derived import (
     DeadLetter,
     Detection,
     EvidenceItem,
@@ -30,18 +30,18 @@ from schemas.derived import (
     RecoveryEvent,
     RedactionAudit,
 )
-from schemas.envelope import Envelope
-from schemas.events import (
+from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.events import (
     CommEventEvent,
     FabricEventEvent,
     GpuEventEvent,
     GpuSampleEvent,
     SpanEvent,
 )
-from schemas.payloads import CommEvent, FabricEvent, GpuEvent, GpuSample, Span
-from sinks.clickhouse import connect, migrate
-from sinks.named_queries import load_queries, run_query
-from sinks.rows import (
+from rankscope.schemas.payloads import CommEvent, FabricEvent, GpuEvent, GpuSample, Span
+from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.sinks.named_queries import load_queries, run_query
+from rankscope.sinks.rows import (
     AUDIT_TABLE,
     DEADLETTER_TABLE,
     DETECTION_TABLE,
@@ -537,7 +537,7 @@ def test_rollups_follow_the_inserts(known: tuple[Client, str]) -> None:
 
 
 def test_retention_is_set_per_table(known: tuple[Client, str]) -> None:
-    from sinks.clickhouse import apply_ttl
+    from rankscope.sinks.clickhouse import apply_ttl
 
     client, db = known
     apply_ttl(client, db, {"heartbeats": 30, "late_events": 7})

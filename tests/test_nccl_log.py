@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import EventFactory, JobBinding, JobRegistry
-from collectors.nccl_log import (
+from rankscope.collectors.base import EventFactory, JobBinding, JobRegistry
+from rankscope.collectors.nccl_log import (
     LogTime,
     NcclLogCollector,
     NcclLogCollectorConfig,
@@ -25,7 +25,7 @@ from collectors.nccl_log import (
     log_time_ns,
     parse_line,
 )
-from schemas.events import EVENT_LIST_ADAPTER, CommEventEvent, Event, dump_events
+from rankscope.schemas.events import EVENT_LIST_ADAPTER, CommEventEvent, Event, dump_events
 
 # -- real-format lines ------------------------------------------------------------------------
 

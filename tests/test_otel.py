@@ -30,19 +30,19 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 from pydantic import ValidationError
 
-from collectors.base import JobBinding
-from collectors.otel import (
+from rankscope.collectors.base import JobBinding
+from rankscope.collectors.otel import (
     KafkaSpanExporter,
     OtelExportConfig,
     RankTracer,
     SpanMappingError,
     span_to_event,
 )
-from collectors.publisher import Publisher, PublisherConfig, PublishError, PublisherStats
-from schemas import EVENT_LIST_ADAPTER, Event, SpanEvent, dump_events
-from schemas.otel_mapping import MAX_ATTR_VALUE_CHARS, MAX_ATTRIBUTES
-from schemas.payloads import Span
-from streams.otlp import OtlpDecodeError, decode_otlp_traces
+from rankscope.collectors.publisher import Publisher, PublisherConfig, PublishError, PublisherStats
+from rankscope.schemas import EVENT_LIST_ADAPTER, Event, SpanEvent, dump_events
+from rankscope.schemas.otel_mapping import MAX_ATTR_VALUE_CHARS, MAX_ATTRIBUTES
+from rankscope.schemas.payloads import Span
+from rankscope.streams.otlp import OtlpDecodeError, decode_otlp_traces
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000_000_000_000

@@ -7,10 +7,10 @@ import time
 
 from confluent_kafka import Producer
 
-from collectors.publisher import Publisher, PublisherConfig
+from rankscope.collectors.publisher import Publisher, PublisherConfig
 from rankscope.pipeline import Pipeline, PipelineConfig
-from schemas.events import dump_event, dump_events
-from sinks.clickhouse import connect
+from rankscope.schemas.events import dump_event, dump_events
+from rankscope.sinks.clickhouse import connect
 from tests.factories import NOW_NS, gpu_sample, heartbeat, span
 
 TEN_YEARS_NS = int(10 * 365.25 * 86400 * 1e9)

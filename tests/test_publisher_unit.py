@@ -10,18 +10,17 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from collectors import (
+from rankscope.collectors import (
     BrokerUnreachableError,
     Publisher,
     PublisherConfig,
     PublishError,
-    SimulationConfig,
     batch_events,
     producer_settings,
-    simulate,
 )
-from schemas import EVENT_LIST_ADAPTER, Event, HeartbeatEvent, Topics, partition_key
-from schemas.payloads import Heartbeat
+from rankscope.schemas import EVENT_LIST_ADAPTER, Event, HeartbeatEvent, Topics, partition_key
+from rankscope.schemas.payloads import Heartbeat
+from rankscope.simulation import SimulationConfig, simulate
 
 START_NS = 1_700_000_000_000_000_000
 UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connections are refused at once

@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 from rankscope.cli import app as cli
 from rankscope.kafka_admin import read_topic
 from rankscope.pipeline import Pipeline, PipelineConfig
-from schemas.derived import Incident, RecoveryEvent, RecoveryInput, StepProgress
-from streams.recovery.decider import Decider
-from streams.recovery.policy import load_policy
-from streams.recovery.replay import committed_offset
+from rankscope.schemas.derived import Incident, RecoveryEvent, RecoveryInput, StepProgress
+from rankscope.streams.recovery.decider import Decider
+from rankscope.streams.recovery.policy import load_policy
+from rankscope.streams.recovery.replay import committed_offset
 
 S = 1_000_000_000
 # the killed worker's partitions move after 10 s of silence, not the production default's 60

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from rankscope.cli import app as cli
 from rankscope.evaluate import run_eval
 from rankscope.settings import Settings
-from sinks.clickhouse import connect
+from rankscope.sinks.clickhouse import connect
 from tests.conftest import Services
 
 # What an operator expects for each fault (written out here, not derived from the policy).

@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 
-from schemas.derived import CauseClass, Detection, Incident, RecoveryEvent, RecoveryInput
-from streams.recovery.decider import Decider, replay_horizon_s
-from streams.recovery.engine import RecoveryEngine
-from streams.recovery.policy import JobLimits, Policy, load_policy
-from streams.recovery.progress import ProgressNotes
+from rankscope.schemas.derived import CauseClass, Detection, Incident, RecoveryEvent, RecoveryInput
+from rankscope.streams.recovery.decider import Decider, replay_horizon_s
+from rankscope.streams.recovery.engine import RecoveryEngine
+from rankscope.streams.recovery.policy import JobLimits, Policy, load_policy
+from rankscope.streams.recovery.progress import ProgressNotes
 
 S = 1_000_000_000
 T0 = 1_800_000_000 * S

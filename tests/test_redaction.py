@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from redaction.engine import PresidioRedactor
-from redaction.policy import FieldPolicy
-from redaction.review import diff_rules
-from redaction.rules import DEFAULT_RULES_PATH, load_rules, parse_rules
-from redaction.stage import DROPPED, QUARANTINED, RedactionStage
-from schemas.events import CommEventEvent, SpanEvent
+from rankscope.redaction.engine import PresidioRedactor
+from rankscope.redaction.policy import FieldPolicy
+from rankscope.redaction.review import diff_rules
+from rankscope.redaction.rules import DEFAULT_RULES_PATH, load_rules, parse_rules
+from rankscope.redaction.stage import DROPPED, QUARANTINED, RedactionStage
+from rankscope.schemas.events import CommEventEvent, SpanEvent
 from tests.factories import NOW_NS, comm, span
 
 KEY = b"unit-test-key-0123456789abcdef"
@@ -146,7 +146,7 @@ def test_look_alikes_survive(redactor: PresidioRedactor, benign: str) -> None:
 
 def test_a_regex_timeout_raises_instead_of_passing_the_text(tmp_path: Path) -> None:
     """Presidio's own pattern recognizer skips a timed-out pattern (fail open); ours raise."""
-    from redaction.engine import RedactionTimeout
+    from rankscope.redaction.engine import RedactionTimeout
 
     rules = _redos_rules()
     r = PresidioRedactor(rules, KEY)
@@ -296,7 +296,7 @@ def test_the_hash_command_prints_the_workers_token(
 
 
 def test_a_missing_key_file_is_created_private_and_reused(tmp_path: Path) -> None:
-    from redaction.keys import load_key
+    from rankscope.redaction.keys import load_key
 
     path = tmp_path / "k" / "redaction.key"
     assert load_key("RANKSCOPE_TEST_NO_SUCH_VAR", path) is None

@@ -18,15 +18,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from collectors.faults import scenario_suite, simulate_with_faults
-from collectors.publisher import Publisher, PublisherConfig
 from rankscope.cli import app
+from rankscope.collectors.publisher import Publisher, PublisherConfig
 from rankscope.kafka_admin import read_topic
 from rankscope.pipeline import Pipeline, PipelineConfig
-from redaction.policy import FieldPolicy
-from redaction.rules import DEFAULT_RULES_PATH, load_rules
-from schemas.events import Event
-from sinks.clickhouse import connect, storage_tables
+from rankscope.redaction.policy import FieldPolicy
+from rankscope.redaction.rules import DEFAULT_RULES_PATH, load_rules
+from rankscope.schemas.events import Event
+from rankscope.simulation.faults import scenario_suite, simulate_with_faults
+from rankscope.sinks.clickhouse import connect, storage_tables
 from tests.factories import NOW_NS, comm
 
 MARKERS = ["canary", "192.0.2."]  # every canary holds one of these (case-insensitive)

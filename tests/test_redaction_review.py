@@ -10,9 +10,9 @@ import yaml
 from typer.testing import CliRunner
 
 from rankscope.cli import app
-from redaction.engine import PresidioRedactor
-from redaction.review import Evaluation, evaluate, load_corpus
-from redaction.rules import DEFAULT_RULES_PATH, load_rules
+from rankscope.redaction.engine import PresidioRedactor
+from rankscope.redaction.review import Evaluation, evaluate, load_corpus
+from rankscope.redaction.rules import DEFAULT_RULES_PATH, load_rules
 
 CORPUS = Path(__file__).parent / "data" / "redaction" / "corpus.jsonl"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collectors.publisher import batch_events
-from streams.analysis.reorder import EventTimeBuffer
+from rankscope.collectors.publisher import batch_events
+from rankscope.streams.analysis.reorder import EventTimeBuffer
 from tests.factories import NOW_NS, gpu_sample, heartbeat, span
 
 S = 10**9

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from schemas.derived import Incident
-from schemas.envelope import Envelope
-from schemas.events import (
+from rankscope.schemas.derived import Incident
+from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.events import (
     CommEventEvent,
     Event,
     FabricEventEvent,
@@ -28,7 +28,7 @@ from schemas.events import (
     SchedulerEventEvent,
     SpanEvent,
 )
-from schemas.payloads import (
+from rankscope.schemas.payloads import (
     CommEvent,
     FabricEvent,
     GpuEvent,
@@ -37,7 +37,7 @@ from schemas.payloads import (
     SchedulerEvent,
     Span,
 )
-from streams.analysis.rootcause import (
+from rankscope.streams.analysis.rootcause import (
     XID_INFO,
     RootCauseAttributor,
     RootCauseConfig,
@@ -843,7 +843,7 @@ def test_xid_table_covers_the_common_xids() -> None:
 # ==================================================================================== simulator
 
 
-from collectors import faults  # noqa: E402 - the labelled fault simulator
+from rankscope.simulation import faults  # noqa: E402 - the labelled fault simulator
 
 _FAILURE_COMM = {"watchdog_timeout", "nccl_error", "remote_process_exited", "process_group_abort"}
 
@@ -897,7 +897,7 @@ class _StandInHangDetector:
 
 
 def _run_case(case: Any) -> SuiteResult:
-    from collectors.simulator import TrainingJobSimulator
+    from rankscope.simulation.simulator import TrainingJobSimulator
 
     cfg = case.config
     stream, labels = faults.simulate_with_faults(cfg, case.faults)

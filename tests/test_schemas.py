@@ -7,9 +7,9 @@ import json
 import pytest
 from pydantic import ValidationError
 
-from schemas.events import EVENT_ADAPTER, KINDS, MODEL_BY_SCHEMA, dump_event
-from schemas.export import JSON_DIR, schema_documents
-from schemas.topics import Topics
+from rankscope.schemas.events import EVENT_ADAPTER, KINDS, MODEL_BY_SCHEMA, dump_event
+from rankscope.schemas.export import JSON_DIR, schema_documents
+from rankscope.schemas.topics import Topics
 from tests.factories import NOW_NS, span
 
 

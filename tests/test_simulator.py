@@ -11,17 +11,7 @@ from collections import defaultdict
 import pytest
 from pydantic import ValidationError
 
-from collectors import (
-    PhaseDurations,
-    RankState,
-    SimulationConfig,
-    TrainingJobSimulator,
-    pace,
-    simulate,
-    summarize,
-)
-from collectors.simulator import INIT_COLLECTIVES, fast_model, inventory_fingerprint
-from schemas import (
+from rankscope.schemas import (
     EVENT_ADAPTER,
     Event,
     FabricCountersEvent,
@@ -31,7 +21,17 @@ from schemas import (
     SchedulerEventEvent,
     SpanEvent,
 )
-from schemas.payloads import GpuSample
+from rankscope.schemas.payloads import GpuSample
+from rankscope.simulation import (
+    PhaseDurations,
+    RankState,
+    SimulationConfig,
+    TrainingJobSimulator,
+    pace,
+    simulate,
+    summarize,
+)
+from rankscope.simulation.simulator import INIT_COLLECTIVES, fast_model, inventory_fingerprint
 
 START_NS = 1_700_000_000_000_000_000
 CONFIG = SimulationConfig(start_ns=START_NS)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.base import EventFactory
-from collectors.slurm import (
+from rankscope.collectors.base import EventFactory
+from rankscope.collectors.slurm import (
     SlurmCollector,
     SlurmCollectorConfig,
     SlurmCommandError,
@@ -29,7 +29,7 @@ from collectors.slurm import (
     parse_scontrol_nodes,
     parse_squeue,
 )
-from schemas.events import SchedulerEventEvent
+from rankscope.schemas.events import SchedulerEventEvent
 
 DATA = Path(__file__).parent / "data" / "slurm"
 NOW_NS = 1_762_800_000_000_000_000

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from schemas.events import dump_event, dump_events
-from streams.config import ValidationLimits
-from streams.validate import RecordRef, validate_message
+from rankscope.schemas.events import dump_event, dump_events
+from rankscope.streams.config import ValidationLimits
+from rankscope.streams.validate import RecordRef, validate_message
 from tests.factories import NOW_NS, gpu_sample, heartbeat, span
 
 LIMITS = ValidationLimits()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from streams.config import WindowConfig
-from streams.windows import WindowAggregator
+from rankscope.streams.config import WindowConfig
+from rankscope.streams.windows import WindowAggregator
 from tests.factories import gpu_sample, scheduler, span
 
 S = 10**9

@@ -2,7 +2,8 @@
 
     python bench/device/nvml_probe.py [--cycles 5] [--interval 1.0] [--json out.json]
 
-Runs ``collectors.gpu`` with the real ``pynvml`` for N polls, with the XID event thread running
+Runs ``rankscope.collectors.gpu`` with the real ``pynvml`` for N polls, with the XID event thread
+running
 for the same time, and prints one JSON document: driver and NVML versions, per GPU the sample
 fields that came back non-null and the ones NotSupported, the events seen (poll and thread), the
 CPU time of each poll (``time.process_time`` delta, all threads) and the latency of the NVLink
@@ -24,13 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import pynvml
 
-from collectors.base import EventFactory
-from collectors.gpu import (
+from rankscope.collectors.base import EventFactory
+from rankscope.collectors.gpu import (
     GpuCollectorConfig,
     GpuCollectorUnavailable,
     create_gpu_collector,
 )
-from schemas.events import GpuSampleEvent
+from rankscope.schemas.events import GpuSampleEvent
 
 
 def _brief(e: Any) -> dict[str, Any]:

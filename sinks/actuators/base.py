@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from schemas.derived import RecoveryEvent
+from rankscope.schemas.derived import RecoveryEvent
 
 
 @dataclass(frozen=True)

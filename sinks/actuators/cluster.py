@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from schemas.derived import RecoveryAction, RecoveryEvent
-from sinks.actuators.base import Actuator, ActuatorResult
+from rankscope.schemas.derived import RecoveryAction, RecoveryEvent
+from rankscope.sinks.actuators.base import Actuator, ActuatorResult
 
 CommandRunner = Callable[[Sequence[str]], subprocess.CompletedProcess[str]]
 

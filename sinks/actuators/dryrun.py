@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from schemas.derived import RecoveryEvent
-from sinks.actuators.base import ActuatorResult, describe
+from rankscope.schemas.derived import RecoveryEvent
+from rankscope.sinks.actuators.base import ActuatorResult, describe
 
 log = logging.getLogger("rankscope.recovery")
 

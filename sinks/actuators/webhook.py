@@ -18,8 +18,8 @@ import urllib.request
 
 from pydantic import BaseModel, Field
 
-from schemas.derived import RecoveryEvent
-from sinks.actuators.base import ActuatorResult
+from rankscope.schemas.derived import RecoveryEvent
+from rankscope.sinks.actuators.base import ActuatorResult
 
 log = logging.getLogger("rankscope.recovery")
 

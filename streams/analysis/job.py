@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from schemas.derived import Detection, Incident
-from schemas.events import Event
-from streams.analysis.liveness import LivenessConfig, LivenessDetector
-from streams.analysis.reorder import EventTimeBuffer
-from streams.analysis.rootcause import RootCauseAttributor, RootCauseConfig
-from streams.analysis.steps import ClockOffsets, StepJoin
-from streams.analysis.stragglers import StragglerConfig, StragglerDetector
+from rankscope.schemas.derived import Detection, Incident
+from rankscope.schemas.events import Event
+from rankscope.streams.analysis.liveness import LivenessConfig, LivenessDetector
+from rankscope.streams.analysis.reorder import EventTimeBuffer
+from rankscope.streams.analysis.rootcause import RootCauseAttributor, RootCauseConfig
+from rankscope.streams.analysis.steps import ClockOffsets, StepJoin
+from rankscope.streams.analysis.stragglers import StragglerConfig, StragglerDetector
 
 
 class AnalysisConfig(BaseModel):

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from schemas.derived import Detection
-from schemas.events import Event, HeartbeatEvent, SchedulerEventEvent, SpanEvent
-from streams.analysis.steps import COMPUTE_PHASES
+from rankscope.schemas.derived import Detection
+from rankscope.schemas.events import Event, HeartbeatEvent, SchedulerEventEvent, SpanEvent
+from rankscope.streams.analysis.steps import COMPUTE_PHASES
 
 S = 1_000_000_000
 _PHASE_ORDER = {"data": 0, "forward": 1, "backward": 2, "optimizer": 3}

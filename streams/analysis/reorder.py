@@ -19,7 +19,7 @@ import heapq
 import itertools
 from dataclasses import dataclass, field
 
-from schemas.events import Event
+from rankscope.schemas.events import Event
 
 
 @dataclass

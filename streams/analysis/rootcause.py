@@ -92,8 +92,8 @@ from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.derived import CauseClass, EvidenceItem, Incident
-from schemas.events import (
+from rankscope.schemas.derived import CauseClass, EvidenceItem, Incident
+from rankscope.schemas.events import (
     AgentEventEvent,
     CommEventEvent,
     Event,
@@ -106,7 +106,7 @@ from schemas.events import (
     SchedulerEventEvent,
     SpanEvent,
 )
-from schemas.payloads import Span
+from rankscope.schemas.payloads import Span
 
 __all__ = [
     "DEFAULT_CLASS_WEIGHTS",

@@ -20,7 +20,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from schemas.events import Event, SpanEvent
+from rankscope.schemas.events import Event, SpanEvent
 
 COMPUTE_PHASES = frozenset({"data", "forward", "backward", "optimizer"})
 

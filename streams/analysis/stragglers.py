@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from schemas.derived import Detection, StragglerClass
-from schemas.events import Event, GpuSampleEvent, NodeInventoryEvent
-from streams.analysis.steps import StepStats
+from rankscope.schemas.derived import Detection, StragglerClass
+from rankscope.schemas.events import Event, GpuSampleEvent, NodeInventoryEvent
+from rankscope.streams.analysis.steps import StepStats
 
 # NVML clock-event reasons that mean "slowed down by heat or power", not idle/app clocks.
 _THROTTLE_MASK = 0x8 | 0x20 | 0x40 | 0x80 | 0x4 | 0x100  # HW slowdown/thermal/power brake, SW

@@ -16,9 +16,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from schemas.derived import RecoveryEvent, RecoveryInput
-from streams.recovery.engine import RecoveryEngine
-from streams.recovery.policy import Policy
+from rankscope.schemas.derived import RecoveryEvent, RecoveryInput
+from rankscope.streams.recovery.engine import RecoveryEngine
+from rankscope.streams.recovery.policy import Policy
 
 NS = 1_000_000_000
 

@@ -26,8 +26,14 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from schemas.derived import Detection, Incident, RecoveryAction, RecoveryEvent, RecoveryStage
-from streams.recovery.policy import Match, Policy, Rule
+from rankscope.schemas.derived import (
+    Detection,
+    Incident,
+    RecoveryAction,
+    RecoveryEvent,
+    RecoveryStage,
+)
+from rankscope.streams.recovery.policy import Match, Policy, Rule
 
 NS = 1_000_000_000
 _NO_WATCH: frozenset[str] = frozenset({"escalate", "drain_node"})

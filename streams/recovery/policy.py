@@ -15,7 +15,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.derived import CauseClass, DetectionType, RecoveryAction
+from rankscope.schemas.derived import CauseClass, DetectionType, RecoveryAction
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("policy.yaml")
 

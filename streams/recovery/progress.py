@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.derived import StepProgress
+from rankscope.schemas.derived import StepProgress
 
 NS = 1_000_000_000
 

@@ -1,6 +1,7 @@
 """A fake NVML function table for tests and benchmarks of the GPU collector.
 
-``FakeNvml`` implements the functions of ``collectors.gpu.NvmlApi`` with the names, arguments and
+``FakeNvml`` implements the functions of ``rankscope.collectors.gpu.NvmlApi`` with the names,
+arguments and
 return shapes of ``pynvml``, over plain per-GPU state (``FakeGpu``) that a test changes between
 polls. Errors are real ``pynvml.NVMLError`` instances (``pynvml.NVMLError(code)`` maps to the
 per-code subclass, e.g. ``NVMLError_NotSupported``), so the collector's error handling is the one

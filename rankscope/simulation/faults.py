@@ -42,7 +42,9 @@ from typing import Annotated, Any, Literal, NamedTuple, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
-from collectors.simulator import (
+from rankscope.schemas import Event
+from rankscope.schemas.payloads import CommEvent, FabricEvent, GpuSample, SpanPhase
+from rankscope.simulation.simulator import (
     COMPUTE_PHASES,
     PhaseDurations,
     RankState,
@@ -51,8 +53,6 @@ from collectors.simulator import (
     TrainingJobSimulator,
     phase_at,
 )
-from schemas import Event
-from schemas.payloads import CommEvent, FabricEvent, GpuSample, SpanPhase
 
 __all__ = [
     "CAUSE_CLASSES",

@@ -21,14 +21,14 @@ rendered, and its ground-truth labels are known up front while the events stay a
 
 Background telemetry that a real node agent also sends (``node_inventory`` at start,
 ``fabric_counters`` per HCA port) is off by default (``inventory``, ``fabric_interval_s``) so the
-plain demo stream keeps its four kinds; ``collectors.faults`` turns it on.
+plain demo stream keeps its four kinds; ``rankscope.simulation.faults`` turns it on.
 
 Clock skew: :attr:`TrainingJobSimulator.clock_offsets` shifts every timestamp a node stamps
 (envelope ``ts`` and ``observed_ts``, span ``start_ns``/``end_ns``), because a real agent stamps
 all of them from the same wrong clock. Events are generated, and yielded, in *true* time order;
 a skewed node's own events therefore stay in non-decreasing source-clock order.
 
-Fault injection lives in :mod:`collectors.faults`; it plugs in by overriding the hooks
+Fault injection lives in :mod:`rankscope.simulation.faults`; it plugs in by overriding the hooks
 :meth:`~TrainingJobSimulator.phase_durations`, :meth:`~TrainingJobSimulator.collective_duration`,
 :meth:`~TrainingJobSimulator.gpu_sample_payload`, :meth:`~TrainingJobSimulator.extra_events`,
 :meth:`~TrainingJobSimulator.node_job`, :meth:`~TrainingJobSimulator.fabric_deltas`,
@@ -57,7 +57,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas import (
+from rankscope.schemas import (
     CommEventEvent,
     Envelope,
     Event,
@@ -70,7 +70,7 @@ from schemas import (
     SchedulerEventEvent,
     SpanEvent,
 )
-from schemas.payloads import (
+from rankscope.schemas.payloads import (
     CommEvent,
     FabricCounters,
     FabricEvent,
@@ -193,7 +193,8 @@ def fast_model(cls: type[M], values: dict[str, Any]) -> M:
 def inventory_fingerprint(fields: Mapping[str, Any]) -> str:
     """Same rule as the node agent's: sha256 of the canonical JSON (sorted keys), 32 hex digits.
 
-    Kept in step with ``collectors.agent.inventory_fingerprint`` (not imported: the simulator
+    Kept in step with ``rankscope.collectors.agent.inventory_fingerprint`` (not imported: the
+    simulator
     must not pull in the agent's dependencies); equal exactly when every version string is.
     """
     canonical = json.dumps(
