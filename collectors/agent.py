@@ -64,7 +64,6 @@ JSON (dicts, lists). Environment wins over the file, so one file can serve a who
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import heapq
 import importlib
 import json
@@ -108,7 +107,13 @@ from rankscope.schemas import (
     Topics,
     dump_events,
 )
-from rankscope.schemas.payloads import AgentEvent, AgentEventType, Heartbeat, NodeInventory
+from rankscope.schemas.payloads import (
+    AgentEvent,
+    AgentEventType,
+    Heartbeat,
+    NodeInventory,
+    inventory_fingerprint,
+)
 
 __all__ = [
     "COLLECTORS",
@@ -128,7 +133,6 @@ __all__ = [
     "Transport",
     "agent_version",
     "env_overrides",
-    "inventory_fingerprint",
     "load_collector",
     "run_agent",
 ]
@@ -371,18 +375,6 @@ class InventorySource(Protocol):
     left at their defaults). Called every ``inventory_interval_s``; must be cheap-ish."""
 
     def read(self) -> Mapping[str, Any]: ...
-
-
-def inventory_fingerprint(fields: Mapping[str, Any]) -> str:
-    """sha256 over the canonical JSON of the fields (sorted keys), first 32 hex digits: equal
-    exactly when every version string, count and firmware map is equal."""
-    canonical = json.dumps(
-        {k: v for k, v in fields.items() if k != "fingerprint"},
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 _DRIVER_RE = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+([0-9]+(?:\.[0-9]+)+)")

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.envelope import Envelope, kind_of, schema_id_of
 from rankscope.schemas.events import Event
 
 Emit = Callable[[Sequence[Event]], None]
@@ -184,8 +184,8 @@ class EventFactory:
             rank = binding.rank
         if local_rank is None and binding is not None:
             local_rank = binding.local_rank
-        schema = model.model_fields["schema_id"].annotation.__args__[0]  # type: ignore[union-attr]
-        kind = model.model_fields["kind"].annotation.__args__[0]  # type: ignore[union-attr]
+        schema = schema_id_of(model)
+        kind = kind_of(model)
         fields: dict[str, Any] = {
             "event_id": self.id_factory(),
             "schema_id": schema,

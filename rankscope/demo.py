@@ -25,6 +25,7 @@ from rankscope.incident_report import write_incident_report
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.plots import heatmap_png, timeline_png
+from rankscope.schemas.envelope import kind_of
 from rankscope.schemas.events import Event
 from rankscope.settings import Settings
 from rankscope.simulation.faults import FaultLabel, parse_faults, simulate_with_faults
@@ -249,10 +250,7 @@ def _summary(
     db = database
     from rankscope.sinks.rows import EVENT_TABLES
 
-    tables = {
-        m.model_fields["kind"].annotation.__args__[0]: spec.table  # type: ignore[union-attr]
-        for m, spec in EVENT_TABLES.items()
-    }
+    tables = {kind_of(m): spec.table for m, spec in EVENT_TABLES.items()}
     md: list[str] = [f"# rankscope demo: job `{job_id}`", ""]
 
     t = Table(title=f"events of job {job_id}")

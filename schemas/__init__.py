@@ -1,7 +1,7 @@
 """Event contracts: pydantic models are the single definition; JSON Schema is exported from them."""
 
 from rankscope.schemas.derived import DeadLetter, LateEvent, RankWindow
-from rankscope.schemas.envelope import Envelope, new_event_id
+from rankscope.schemas.envelope import Envelope, kind_of, new_event_id, schema_id_of
 from rankscope.schemas.events import (
     EVENT_ADAPTER,
     EVENT_LIST_ADAPTER,
@@ -48,6 +48,8 @@ __all__ = [
     "Topics",
     "dump_event",
     "dump_events",
+    "kind_of",
     "new_event_id",
     "partition_key",
+    "schema_id_of",
 ]

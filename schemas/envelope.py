@@ -7,7 +7,7 @@ deduplicate it without knowing its payload. The payload is typed per kind in ``p
 from __future__ import annotations
 
 import uuid
-from typing import Annotated
+from typing import Annotated, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -50,3 +50,18 @@ class Envelope(BaseModel):
     clock_offset_ns: int | None = Field(
         default=None, description="Estimated offset of the source clock from true time, if known."
     )
+
+
+def schema_id_of(model: type[Envelope]) -> str:
+    """The schema id a concrete event model pins with its ``schema_id`` Literal (``"span/1"``)."""
+    return _pinned(model, "schema_id")
+
+
+def kind_of(model: type[Envelope]) -> str:
+    """The kind a concrete event model pins with its ``kind`` Literal (``"span"``)."""
+    return _pinned(model, "kind")
+
+
+def _pinned(model: type[Envelope], field: str) -> str:
+    (value,) = get_args(model.model_fields[field].annotation)
+    return str(value)

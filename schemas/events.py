@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, TypeAdapter
 
-from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.envelope import Envelope, kind_of, schema_id_of
 from rankscope.schemas.payloads import (
     AgentEvent,
     CommEvent,
@@ -113,14 +113,9 @@ EVENT_MODELS: tuple[type[Envelope], ...] = (
 )
 
 #: schema id -> model, e.g. "span/1" -> SpanEvent
-MODEL_BY_SCHEMA: dict[str, type[Envelope]] = {
-    m.model_fields["schema_id"].annotation.__args__[0]: m  # type: ignore[union-attr]
-    for m in EVENT_MODELS
-}
+MODEL_BY_SCHEMA: dict[str, type[Envelope]] = {schema_id_of(m): m for m in EVENT_MODELS}
 #: kind -> schema ids of that kind that this version reads
-KINDS: tuple[str, ...] = tuple(
-    sorted({m.model_fields["kind"].annotation.__args__[0] for m in EVENT_MODELS})  # type: ignore[union-attr]
-)
+KINDS: tuple[str, ...] = tuple(sorted({kind_of(m) for m in EVENT_MODELS}))
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[Event])

@@ -6,7 +6,10 @@ with a new ``schema`` value (``gpu_sample/2``) that the workers read side by sid
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -216,6 +219,20 @@ class NodeInventory(Payload):
     hca_firmware: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
     extra: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
     fingerprint: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16,64}$")]
+
+
+def inventory_fingerprint(fields: Mapping[str, Any]) -> str:
+    """sha256 over the canonical JSON of the fields (sorted keys, ``fingerprint`` left out), first
+    32 hex digits: equal exactly when every version string, count and firmware map is equal.
+
+    The contract's own rule, so the node agent and the simulator cannot drift apart."""
+    canonical = json.dumps(
+        {k: v for k, v in fields.items() if k != "fingerprint"},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 AgentEventType = Literal[

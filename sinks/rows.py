@@ -18,7 +18,7 @@ from rankscope.schemas.derived import (
     RankWindow,
     RecoveryEvent,
 )
-from rankscope.schemas.envelope import Envelope
+from rankscope.schemas.envelope import Envelope, schema_id_of
 from rankscope.schemas.events import (
     AgentEventEvent,
     CommEventEvent,
@@ -564,8 +564,7 @@ __all__ = [
 
 #: schema id -> table spec
 FAST_TABLES: dict[str, TableSpec] = {
-    _model.model_fields["schema_id"].annotation.__args__[0]: _spec  # type: ignore[union-attr]
-    for _model, _spec in EVENT_TABLES.items()
+    schema_id_of(_model): _spec for _model, _spec in EVENT_TABLES.items()
 }
 
 

@@ -27,12 +27,11 @@ from rankscope.collectors.agent import (
     DeliveryError,
     Scheduler,
     env_overrides,
-    inventory_fingerprint,
 )
 from rankscope.collectors.base import BaseCollector, CollectorConfig, EventFactory, JobRegistry
 from rankscope.collectors.spool import Spool
 from rankscope.schemas import EVENT_LIST_ADAPTER, AgentEventEvent, Event, GpuSampleEvent
-from rankscope.schemas.payloads import GpuSample
+from rankscope.schemas.payloads import GpuSample, inventory_fingerprint
 
 # ----------------------------------------------------------------------------- helpers
 

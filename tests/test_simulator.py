@@ -21,7 +21,7 @@ from rankscope.schemas import (
     SchedulerEventEvent,
     SpanEvent,
 )
-from rankscope.schemas.payloads import GpuSample
+from rankscope.schemas.payloads import GpuSample, inventory_fingerprint
 from rankscope.simulation import (
     PhaseDurations,
     RankState,
@@ -31,7 +31,7 @@ from rankscope.simulation import (
     simulate,
     summarize,
 )
-from rankscope.simulation.simulator import INIT_COLLECTIVES, fast_model, inventory_fingerprint
+from rankscope.simulation.simulator import INIT_COLLECTIVES, fast_model
 
 START_NS = 1_700_000_000_000_000_000
 CONFIG = SimulationConfig(start_ns=START_NS)

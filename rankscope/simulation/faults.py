@@ -43,6 +43,7 @@ from typing import Annotated, Any, Literal, NamedTuple, get_args
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from rankscope.schemas import Event
+from rankscope.schemas.derived import CauseClass, StragglerClass
 from rankscope.schemas.payloads import CommEvent, FabricEvent, GpuSample, SpanPhase
 from rankscope.simulation.simulator import (
     COMPUTE_PHASES,
@@ -55,11 +56,9 @@ from rankscope.simulation.simulator import (
 )
 
 __all__ = [
-    "CAUSE_CLASSES",
     "OUTCOMES",
     "SCENARIOS",
     "TERMINAL_SCENARIOS",
-    "CauseClass",
     "ClockSkew",
     "ConfigDrift",
     "EccDbe",
@@ -71,6 +70,7 @@ __all__ = [
     "HostOom",
     "IbLinkFlap",
     "InputStraggler",
+    "LabelCause",
     "LabelFile",
     "NodeUnresponsive",
     "Noise",
@@ -119,22 +119,9 @@ TERMINAL_SCENARIOS: frozenset[ScenarioName] = frozenset(
 )
 Outcome = Literal["root_cause", "straggler", "hang", "unresponsive_node", "none"]
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
-CauseClass = Literal[
-    "gpu_xid",
-    "gpu_ecc",
-    "nvlink",
-    "ib_link",
-    "scheduler_preemption",
-    "host_oom",
-    "application",
-    "thermal",
-    "input_pipeline",
-    "config_drift",
-    "communication",
-    "hang",
-    "node_unresponsive",
-]
-CAUSE_CLASSES: tuple[CauseClass, ...] = get_args(CauseClass)
+#: what a label names as the true cause: an incident's cause class, or a straggler's class for the
+#: faults that only slow a job down (both declared once, in the event contracts)
+LabelCause = CauseClass | StragglerClass
 
 _NS = 1_000_000_000
 _MS = 1_000_000
@@ -336,7 +323,7 @@ class FaultLabel(BaseModel):
     seed: int
     onset_ns: int | None
     outcome: Outcome
-    cause_class: CauseClass | None = None
+    cause_class: LabelCause | None = None
     node: str | None = None
     gpu: int | None = None
     rank: int | None = None

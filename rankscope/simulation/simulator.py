@@ -44,13 +44,11 @@ tests validate every event of every fault scenario against ``schemas.EVENT_ADAPT
 from __future__ import annotations
 
 import gc
-import hashlib
-import json
 import math
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, NamedTuple, TypeVar
@@ -83,6 +81,7 @@ from rankscope.schemas.payloads import (
     SchedulerEventType,
     Span,
     SpanPhase,
+    inventory_fingerprint,
 )
 
 __all__ = [
@@ -99,7 +98,6 @@ __all__ = [
     "TrainingJobSimulator",
     "create_simulator",
     "fast_model",
-    "inventory_fingerprint",
     "pace",
     "phase_at",
     "simulate",
@@ -188,22 +186,6 @@ def fast_model(cls: type[M], values: dict[str, Any]) -> M:
     _setattr(obj, "__pydantic_extra__", None)
     _setattr(obj, "__pydantic_private__", None)
     return obj
-
-
-def inventory_fingerprint(fields: Mapping[str, Any]) -> str:
-    """Same rule as the node agent's: sha256 of the canonical JSON (sorted keys), 32 hex digits.
-
-    Kept in step with ``rankscope.collectors.agent.inventory_fingerprint`` (not imported: the
-    simulator
-    must not pull in the agent's dependencies); equal exactly when every version string is.
-    """
-    canonical = json.dumps(
-        {k: v for k, v in fields.items() if k != "fingerprint"},
-        sort_keys=True,
-        separators=(",", ":"),
-        default=str,
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 class SimulationConfig(BaseModel):
