@@ -68,7 +68,7 @@ def build_events(duration_s: float, seed: int) -> list[Event]:
     sim, _ = simulate_with_faults(cfg, [GpuFellOffBus()])
     events: list[Event] = list(sim)
     spans = [e for e in events if isinstance(e, SpanEvent)]
-    corpus = load_corpus(ROOT / "tests" / "data" / "redaction" / "corpus.jsonl")
+    corpus = load_corpus(ROOT / "rankscope" / "examples" / "redaction-corpus.jsonl")
     extra: list[Event] = []
     n_unique = len(spans) // 40
     for i in range(n_unique):

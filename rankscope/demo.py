@@ -6,11 +6,9 @@ wait until both consumer groups have committed everything -> summary from ClickH
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,15 +20,15 @@ from rich.table import Table
 
 from rankscope.collectors.publisher import Publisher
 from rankscope.incident_report import write_incident_report
-from rankscope.kafka_admin import create_pipeline_topics
-from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.pipeline import Pipeline
 from rankscope.plots import heatmap_png, timeline_png
 from rankscope.schemas.envelope import kind_of
 from rankscope.schemas.events import Event
 from rankscope.settings import Settings
 from rankscope.simulation.faults import FaultLabel, parse_faults, simulate_with_faults
 from rankscope.simulation.simulator import SimulationConfig, pace, simulate
-from rankscope.sinks.clickhouse import connect, migrate, storage_tables
+from rankscope.sinks.clickhouse import storage_tables
+from rankscope.stack import local_stack
 
 
 @dataclass(frozen=True)
@@ -112,48 +110,18 @@ def _leaky_events(events: list[Event]) -> list[Event]:
     ]
 
 
-@contextlib.contextmanager
-def _services(settings: Settings, keep: bool, console: Console) -> Iterator[tuple[str, str]]:
-    from rankscope.services import ServiceManager, local_services
-
-    if keep:
-        eps = ServiceManager(settings.home).up(
-            kafka_bootstrap=settings.bootstrap,
-            clickhouse_url=settings.clickhouse_url,
-            progress=console.print,
-        )
-        yield eps.kafka_bootstrap, eps.clickhouse_url
-        return
-    with local_services(
-        settings.home,
-        kafka_bootstrap=settings.bootstrap,
-        clickhouse_url=settings.clickhouse_url,
-        progress=console.print,
-    ) as eps:
-        yield eps.kafka_bootstrap, eps.clickhouse_url
-
-
 def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
     settings.home.mkdir(parents=True, exist_ok=True)
     sim = SimulationConfig(ranks=opts.ranks, duration_s=opts.duration_s, seed=opts.seed)
     job_id = f"{sim.job_id}-s{opts.seed}-{int(time.time())}"
     sim = sim.model_copy(update={"job_id": job_id})
     t0 = time.monotonic()
-    with _services(settings, opts.keep_services, console) as (bootstrap, ch_url):
-        console.print(f"[bold]kafka[/] {bootstrap}   [bold]clickhouse[/] {ch_url}")
-        create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
-        client = connect(ch_url)
-        migrate(client, settings.database)
-        cfg = PipelineConfig(
-            bootstrap=bootstrap,
-            clickhouse_url=ch_url,
-            topic_prefix=settings.topic_prefix,
-            database=settings.database,
-            home=settings.home,
-        )
+    with local_stack(settings, console.print, keep_services=opts.keep_services) as stack:
+        bootstrap, client = stack.bootstrap, stack.client
+        console.print(f"[bold]kafka[/] {bootstrap}   [bold]clickhouse[/] {stack.clickhouse_url}")
         events, labels = _events(sim, opts)
         events += _leaky_events(events)
-        with Pipeline(cfg) as pipeline:
+        with stack.pipeline() as pipeline:
             produced = _publish(settings, bootstrap, sim, opts, console, events)
             bad = _inject_bad(settings, bootstrap, job_id) if opts.inject_bad_records else 0
             _wait(pipeline, opts, console)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from clickhouse_connect.driver.client import Client
@@ -34,6 +34,11 @@ from rankscope.simulation.faults import FaultLabel, SuiteCase, scenario_suite, s
 from rankscope.simulation.simulator import pace
 from rankscope.sinks.named_queries import run_query
 from rankscope.streams.recovery.policy import Policy, load_policy
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from rankscope.settings import Settings
 
 S = 1_000_000_000
 _STRAGGLER_CLASS = {
@@ -331,23 +336,20 @@ def write_report(report: EvalReport, path: Path) -> None:
 
 
 def run_eval(
-    settings: Any,
+    settings: Settings,
     ranks: list[int],
     seeds: int,
     duration_s: float,
     out: Path,
-    console: Any,
+    console: Console,
     drain_timeout_s: float = 1800.0,
     speed: float = 0.0,
     variants: Iterable[str] = (),
 ) -> EvalReport:
-    """Simulate, publish, process, store, score (``settings``: ``rankscope.settings.Settings``)."""
+    """Simulate, publish, process, store, score."""
     from rich.table import Table
 
-    from rankscope.demo import _services
-    from rankscope.kafka_admin import create_pipeline_topics
-    from rankscope.pipeline import Pipeline, PipelineConfig
-    from rankscope.sinks.clickhouse import connect, migrate
+    from rankscope.stack import local_stack
 
     t0 = time.monotonic()
     cases = suite(ranks, seeds, duration_s, variants)
@@ -367,26 +369,17 @@ def run_eval(
     policy_path.parent.mkdir(parents=True, exist_ok=True)
     policy_path.write_text(yaml.safe_dump(policy.model_dump(mode="json")))
     report = EvalReport()
-    with _services(settings, False, console) as (bootstrap, ch_url):
-        create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
-        client = connect(ch_url)
-        migrate(client, settings.database)
-        cfg = PipelineConfig(
-            bootstrap=bootstrap,
-            clickhouse_url=ch_url,
-            topic_prefix=settings.topic_prefix,
-            database=settings.database,
-            home=settings.home,
-            env={"RANKSCOPE_RECOVERY_POLICY": str(policy_path)},
-        )
+    env = {"RANKSCOPE_RECOVERY_POLICY": str(policy_path)}
+    with local_stack(settings, console.print, env=env) as stack:
+        client = stack.client
         with (
-            Pipeline(cfg) as pipeline,
+            stack.pipeline() as pipeline,
             console.status(f"simulating and publishing {len(cases)} runs") as st,
         ):
             st.update("waiting for the stream worker to join its group")
             pipeline.wait_ready()
             st.update(f"simulating and publishing {len(cases)} runs")
-            runs = publish_suite(bootstrap, settings.topic_prefix, cases, speed)
+            runs = publish_suite(stack.bootstrap, settings.topic_prefix, cases, speed)
             total = sum(n for _, _, n in runs.values())
             st.update(f"processing {total:,} events")
 

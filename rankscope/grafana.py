@@ -8,6 +8,10 @@ drift apart. Table names are unqualified: the datasource's default database appl
 
 ``expand`` does what the plugin does to a panel's SQL before it reaches ClickHouse; the tests
 run every panel that way against an engine loaded with a simulated job.
+
+The built JSON ships in the package (``rankscope/dashboards``: what compose provisions and
+``packaged_dashboards`` lists); after changing a dashboard here, refresh it with
+``rankscope grafana build --out rankscope/dashboards`` (a test fails until then).
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ from grafana_foundation_sdk.models.dashboard import DataSourceRef
 from rankscope.sinks.named_queries import load_queries
 
 DATASOURCE = DataSourceRef(type_val="grafana-clickhouse-datasource", uid="rankscope-clickhouse")
-DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "compose" / "grafana" / "dashboards"
+#: the built dashboards, package data (``write_dashboards`` writes wherever it is told)
+DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
 Format = Literal["table", "time_series"]
 
 
@@ -368,7 +373,13 @@ def build_dashboard(spec: DashboardSpec) -> dict[str, Any]:
     return doc
 
 
-def write_dashboards(out: Path = DASHBOARDS_DIR) -> list[Path]:
+def packaged_dashboards() -> list[Path]:
+    """The dashboards' JSON files shipped in the package, sorted by name."""
+    return sorted(DASHBOARDS_DIR.glob("*.json"))
+
+
+def write_dashboards(out: Path) -> list[Path]:
+    """Build every dashboard into ``out`` as ``<uid>.json`` (Grafana's file provisioning)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for spec in DASHBOARDS:

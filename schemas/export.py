@@ -1,7 +1,9 @@
 """Export JSON Schema files from the pydantic models (for other languages and for review).
 
-``python -m rankscope.schemas.export`` rewrites ``schemas/json``; a test fails when the committed
-files drift from the models, so the JSON files can never silently disagree with the code.
+``python -m rankscope.schemas.export`` (in a checkout) rewrites ``schemas/json``; a test fails when
+the committed files drift from the models, so the JSON files can never silently disagree with the
+code. ``rankscope schemas-export --out DIR`` writes them anywhere else, never into an installed
+package unless asked to.
 """
 
 from __future__ import annotations
@@ -40,15 +42,21 @@ def schema_documents() -> dict[str, str]:
     return docs
 
 
-def main() -> int:
-    JSON_DIR.mkdir(exist_ok=True)
+def write_schemas(out: Path) -> int:
+    """Write every schema document to ``out`` (removing stale ones); returns how many."""
+    out.mkdir(parents=True, exist_ok=True)
     docs = schema_documents()
-    for stale in JSON_DIR.glob("*.json"):
+    for stale in out.glob("*.json"):
         if stale.name not in docs:
             stale.unlink()
     for name, text in docs.items():
-        (JSON_DIR / name).write_text(text)
-    print(f"wrote {len(docs)} schema files to {JSON_DIR}", file=sys.stderr)
+        (out / name).write_text(text)
+    return len(docs)
+
+
+def main(out: Path = JSON_DIR) -> int:
+    count = write_schemas(out)
+    print(f"wrote {count} schema files to {out}", file=sys.stderr)
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Stream processing (faust-streaming workers): validate, windows; later detect and attribute.
+"""Stream processing (faust-streaming workers): validate, redact, windows, analysis, recovery.
 
-Reads only ``schemas`` contracts; never imports ``collectors`` or ``sinks``.
+Pure logic lives in ``validate``, ``windows``, ``analysis/`` and ``recovery/``; ``stages/`` hosts
+it on faust and ``app`` wires the stages. Reads only ``schemas`` contracts (and ``redaction``);
+never imports ``collectors`` or ``sinks``.
 """

@@ -1,6 +1,7 @@
-"""The validate stage: bytes in, typed events or dead letters with a readable reason out.
+"""Validation logic: bytes in, typed events or dead letters with a readable reason out.
 
-Pure functions, no Kafka: the faust agent calls ``validate_message`` once per record. A record
+Pure functions, no Kafka: the validate stage (``streams/stages/validate.py``) calls
+``validate_message`` once per record. A record
 holds one event (a JSON object) or a batch (a JSON array, how collectors publish). One bad
 element of a batch is dead-lettered alone; its neighbours go on.
 

@@ -755,7 +755,7 @@ def test_cli_command_exits_0_on_sigterm(tmp_path: Path) -> None:
     import sys
 
     path = _unreachable_config(tmp_path)
-    code = "import typer; from rankscope.agent_cmd import agent; typer.run(agent)"
+    code = "import typer; from rankscope.cli.agent import agent; typer.run(agent)"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "--config", str(path), "--status-interval", "0.2"],
         cwd=Path(__file__).resolve().parents[1],
@@ -798,7 +798,7 @@ def test_sigkilled_agent_loses_nothing_it_spooled(tmp_path: Path) -> None:
     import sys
 
     path = _unreachable_config(tmp_path)
-    code = "import typer; from rankscope.agent_cmd import agent; typer.run(agent)"
+    code = "import typer; from rankscope.cli.agent import agent; typer.run(agent)"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, "--config", str(path), "--status-interval", "0"],
         cwd=Path(__file__).resolve().parents[1],

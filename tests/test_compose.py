@@ -336,10 +336,10 @@ def test_grafana_installs_the_plugin_and_mounts_provisioning() -> None:
 
 
 def test_dashboards_provider_reads_the_mounted_dashboards() -> None:
-    """The provider's path is where compose mounts compose/grafana/dashboards."""
-    target = _mounts("grafana")["./grafana/dashboards"]
+    """The provider's path is where compose mounts the packaged dashboards, rankscope/dashboards."""
+    target = _mounts("grafana")["../rankscope/dashboards"]
     assert target == "/var/lib/grafana/dashboards"
-    assert (COMPOSE_DIR / "grafana" / "dashboards").is_dir()
+    assert (ROOT / "rankscope" / "dashboards").is_dir()
     providers = [
         p
         for f in sorted(DASHBOARD_PROVIDERS.glob("*.y*ml"))

@@ -58,7 +58,9 @@ def _window(data: DemoData) -> tuple[dt.datetime, dt.datetime]:
 def test_the_committed_dashboards_are_what_the_code_builds() -> None:
     for spec in DASHBOARDS:
         committed = json.loads((DASHBOARDS_DIR / f"{spec.uid}.json").read_text())
-        assert committed == build_dashboard(spec), f"{spec.uid}: run `rankscope grafana build`"
+        assert committed == build_dashboard(spec), (
+            f"{spec.uid}: run `rankscope grafana build --out rankscope/dashboards`"
+        )
     assert {p.name for p in DASHBOARDS_DIR.glob("*.json")} == {f"{d.uid}.json" for d in DASHBOARDS}
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,29 @@ def test_ruff_format_is_clean() -> None:
 def test_mypy_strict_is_clean() -> None:
     r = _run("mypy")
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_code_imports_the_installed_namespace_only() -> None:
+    """collectors/, streams/, schemas/, sinks/ and redaction/ install as rankscope.*; a bare
+    ``import schemas`` works only inside this checkout and loads a second copy of the module."""
+    bare = {"collectors", "streams", "schemas", "sinks", "redaction"}
+    tracked = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    offenders = []
+    for rel in tracked:
+        path = ROOT / rel
+        if path.is_symlink() or not path.exists():
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), rel)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{rel}:{node.lineno} {n}" for n in names if n.split(".")[0] in bare]
+    assert not offenders, "\n".join(offenders)

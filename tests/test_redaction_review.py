@@ -10,11 +10,12 @@ import yaml
 from typer.testing import CliRunner
 
 from rankscope.cli import app
+from rankscope.cli.redaction import REFERENCE_CORPUS
 from rankscope.redaction.engine import PresidioRedactor
 from rankscope.redaction.review import Evaluation, evaluate, load_corpus
 from rankscope.redaction.rules import DEFAULT_RULES_PATH, load_rules
 
-CORPUS = Path(__file__).parent / "data" / "redaction" / "corpus.jsonl"
+CORPUS = REFERENCE_CORPUS
 
 
 @pytest.fixture(scope="module")

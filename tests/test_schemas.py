@@ -16,9 +16,13 @@ from tests.factories import NOW_NS, span
 def test_committed_json_schemas_match_models() -> None:
     docs = schema_documents()
     committed = {p.name: p.read_text() for p in JSON_DIR.glob("*.json")}
-    assert set(committed) == set(docs), "run `rankscope schemas-export` and commit schemas/json"
+    assert set(committed) == set(docs), (
+        "run `rankscope schemas-export --out schemas/json` and commit it"
+    )
     for name, text in docs.items():
-        assert committed[name] == text, f"{name} drifted: run `rankscope schemas-export`"
+        assert committed[name] == text, (
+            f"{name} drifted: run `rankscope schemas-export --out schemas/json`"
+        )
 
 
 def test_every_kind_has_a_raw_topic_and_a_schema() -> None:

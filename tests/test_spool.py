@@ -183,7 +183,7 @@ def test_bad_sizes_are_rejected(tmp_path: Path) -> None:
 
 def test_failed_write_leaves_no_torn_frame(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Disk full mid-frame: the partial frame is cut off, later appends stay readable."""
-    import rankscope.collectors.spool as spool_mod
+    import rankscope.collectors.spool.segments as spool_mod
 
     with Spool(tmp_path, max_bytes=64 * KIB, segment_bytes=32 * KIB) as spool:
         spool.append(_payload(0), 1)

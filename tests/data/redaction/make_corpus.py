@@ -1,13 +1,13 @@
-"""Generate the labelled redaction corpus: ``tests/data/redaction/corpus.jsonl``.
+"""Generate the labelled redaction corpus: ``rankscope/examples/redaction-corpus.jsonl``.
 
 Deterministic (``random.Random(20261203)``, standard library only): running
 
     python tests/data/redaction/make_corpus.py
 
-rewrites ``corpus.jsonl`` byte for byte. Every text is built piece by piece, and the offsets of
-each sensitive value are taken while it is appended, so no offset is ever written by hand. The
-script then reads the file back and checks every span (see ``verify``). Labelling conventions:
-``README.md`` next to this file.
+rewrites ``redaction-corpus.jsonl`` byte for byte. Every text is built piece by piece, and the
+offsets of each sensitive value are taken while it is appended, so no offset is ever written by
+hand. The script then reads the file back and checks every span (see ``verify``). Labelling
+conventions: ``README.md`` next to this file.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from typing import TypeVar
 from urllib.parse import quote
 
 SEED = 20261203
-OUT = Path(__file__).resolve().with_name("corpus.jsonl")
+#: shipped in the package: ``rankscope redaction review`` reads it from an installed wheel too
+OUT = Path(__file__).resolve().parents[3] / "rankscope" / "examples" / "redaction-corpus.jsonl"
 MAX_CHARS = 4000
 SHORT_TEXT = 256  # NodeInventory.extra values are ShortText
 

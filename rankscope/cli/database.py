@@ -1,0 +1,126 @@
+"""``rankscope migrate``, ``query`` and ``queries``: the pipeline's ClickHouse database, its
+migrations and retention, and the named queries of the SQL library."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from rankscope.cli.options import (
+    DEFAULT_HOME,
+    ClickHouseOpt,
+    DatabaseOpt,
+    HomeOpt,
+    console,
+    local_clickhouse_url,
+    pairs,
+)
+
+
+def migrate(
+    clickhouse_url: ClickHouseOpt = None,
+    home: HomeOpt = DEFAULT_HOME,
+    database: DatabaseOpt = "rankscope",
+    ttl_days: Annotated[
+        int | None,
+        typer.Option(help="Retention for every table, in days (0: keep forever)."),
+    ] = None,
+    ttl: Annotated[
+        list[str] | None,
+        typer.Option(help="Retention of one table, as table=days (repeat); wins over --ttl-days."),
+    ] = None,
+) -> None:
+    """Apply pending ClickHouse migrations (safe to run twice), and set retention if asked."""
+    from rankscope.sinks.clickhouse import TIME_COLUMNS, apply_ttl, connect
+    from rankscope.sinks.clickhouse import migrate as run_migrations
+
+    url = clickhouse_url or local_clickhouse_url(home)
+    client = connect(url)
+    applied = run_migrations(client, database)
+    console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
+    days: dict[str, int] = dict.fromkeys(TIME_COLUMNS, ttl_days) if ttl_days is not None else {}
+    for table, n in pairs(ttl, "table=days", "--ttl").items():
+        if not n.isdigit():
+            raise typer.BadParameter(f"'{table}={n}': use table=days", param_hint="--ttl")
+        days[table] = int(n)
+    if days:
+        try:
+            apply_ttl(client, database, days)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--ttl") from exc
+        console.print(f"retention set on {len(days)} table(s)")
+
+
+def query(
+    sql: Annotated[
+        str,
+        typer.Argument(
+            help='A named query (see `rankscope queries`) or SQL, e.g. "SELECT count() FROM '
+            'rankscope.spans"'
+        ),
+    ],
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="A named query's parameter, as key=value (repeat)."),
+    ] = None,
+    clickhouse_url: ClickHouseOpt = None,
+    home: HomeOpt = DEFAULT_HOME,
+    database: DatabaseOpt = "rankscope",
+    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+) -> None:
+    """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse."""
+    from rankscope.sinks.clickhouse import connect
+    from rankscope.sinks.named_queries import load_queries
+
+    url = clickhouse_url or local_clickhouse_url(home)
+    client = connect(url)
+    named = load_queries()
+    if sql in named:
+        values = pairs(param, "key=value", "--param")
+        try:
+            bound = named[sql].bind(values, database)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="--param") from exc
+        result = client.query(named[sql].sql, parameters=bound)
+    elif param:
+        raise typer.BadParameter(f"{sql!r} is not a named query; --param is for those")
+    else:
+        result = client.query(sql)
+    _print_result(list(result.column_names), result.result_rows, fmt)
+
+
+def _print_result(names: list[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
+    if fmt == "json":
+        console.print_json(
+            json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str)
+        )
+    elif fmt == "csv":
+        import csv
+
+        w = csv.writer(sys.stdout)
+        w.writerow(names)
+        w.writerows(rows)
+    else:
+        table = Table(*names)
+        for r in rows:
+            table.add_row(*("" if v is None else str(v) for v in r))
+        console.print(table)
+
+
+def queries() -> None:
+    """List the named queries of the SQL library with their parameters."""
+    from rankscope.sinks.named_queries import load_queries
+
+    empty = "''"
+    table = Table("name", "what it answers", "parameters")
+    for q in load_queries().values():
+        params = ", ".join(
+            p.name if p.default is None else f"{p.name}={p.default or empty}" for p in q.params
+        )
+        table.add_row(q.name, q.summary, params)
+    console.print(table)

@@ -1,0 +1,86 @@
+"""The local stack the demo and the evaluation run on: the backing services (the local broker
+and engine, or the ones the settings name), the pipeline's topics and migrations, and the
+pipeline's stage processes (``Stack.pipeline``).
+
+``rankscope demo`` and ``rankscope eval`` both start here, so that what they measure runs on
+the same set-up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from clickhouse_connect.driver.client import Client
+
+from rankscope.kafka_admin import create_pipeline_topics
+from rankscope.pipeline import Pipeline, PipelineConfig
+from rankscope.settings import Settings
+from rankscope.sinks.clickhouse import connect, migrate
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Endpoints of running services whose topics exist and whose database is migrated."""
+
+    settings: Settings
+    bootstrap: str
+    clickhouse_url: str
+    client: Client
+    #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def pipeline(self) -> Pipeline:
+        """The stream worker, sink and actuator processes on this stack (a context manager)."""
+        return Pipeline(
+            PipelineConfig(
+                bootstrap=self.bootstrap,
+                clickhouse_url=self.clickhouse_url,
+                topic_prefix=self.settings.topic_prefix,
+                database=self.settings.database,
+                home=self.settings.home,
+                env=dict(self.env),
+            )
+        )
+
+
+@contextlib.contextmanager
+def _services(
+    settings: Settings, keep: bool, progress: Callable[[str], None]
+) -> Iterator[tuple[str, str]]:
+    from rankscope.services import ServiceManager, local_services
+
+    if keep:
+        eps = ServiceManager(settings.home).up(
+            kafka_bootstrap=settings.bootstrap,
+            clickhouse_url=settings.clickhouse_url,
+            progress=progress,
+        )
+        yield eps.kafka_bootstrap, eps.clickhouse_url
+        return
+    with local_services(
+        settings.home,
+        kafka_bootstrap=settings.bootstrap,
+        clickhouse_url=settings.clickhouse_url,
+        progress=progress,
+    ) as eps:
+        yield eps.kafka_bootstrap, eps.clickhouse_url
+
+
+@contextlib.contextmanager
+def local_stack(
+    settings: Settings,
+    progress: Callable[[str], None],
+    *,
+    keep_services: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[Stack]:
+    """Services up (started here unless the settings name them or they already run), topics
+    created, migrations applied. Services this call started stop at the end, unless
+    ``keep_services`` (then they are left running, as ``rankscope services up`` leaves them)."""
+    with _services(settings, keep_services, progress) as (bootstrap, clickhouse_url):
+        create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
+        client = connect(clickhouse_url)
+        migrate(client, settings.database)
+        yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}))

@@ -1,0 +1,75 @@
+"""What every stage shares: the counters they bump and the faust topics they read and write.
+
+Kept apart from the stages so that each stage module depends on this one only, never on another
+stage's module, and ``create_app`` builds the topics once for all of them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import faust
+
+from rankscope.schemas.topics import Topics
+
+
+@dataclass
+class StageCounters:
+    """Exposed for tests and the CLI; the faust web view is disabled to keep workers light."""
+
+    records_in: int = 0
+    events_valid: int = 0
+    dead_letters: int = 0
+    window_records_in: int = 0
+    windows_emitted: int = 0
+    late_events: int = 0
+    detections: int = 0
+    incidents: int = 0
+    pending_acks: int = 0
+    recovery_events: int = 0
+    values_redacted: int = 0
+    events_quarantined: int = 0
+    started_wall: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class StageTopics:
+    """The worker's faust topics, declared once on the app (faust never creates them: the
+    topics exist beforehand, ``topic_allow_declare=False``)."""
+
+    raw: faust.TopicT
+    events: faust.TopicT
+    windows: faust.TopicT
+    late: faust.TopicT
+    deadletter: faust.TopicT
+    quarantine: faust.TopicT
+    audit: faust.TopicT
+    recovery: faust.TopicT
+    recovery_input: faust.TopicT
+    detections: faust.TopicT
+    incidents: faust.TopicT
+
+    @classmethod
+    def create(cls, app: faust.App, topics: Topics) -> StageTopics:
+        raw = app.topic(
+            *topics.all_raw,
+            topics.otlp_spans,
+            key_type=bytes,
+            value_type=bytes,
+            value_serializer="raw",
+        )
+        events = app.topic(topics.events, key_type=bytes, value_type=bytes, value_serializer="raw")
+        return cls(
+            raw=raw,
+            events=events,
+            windows=app.topic(topics.windows, value_serializer="raw"),
+            late=app.topic(topics.late, value_serializer="raw"),
+            deadletter=app.topic(topics.deadletter, value_serializer="raw"),
+            quarantine=app.topic(topics.quarantine, value_serializer="raw"),
+            audit=app.topic(topics.redaction_audit, value_serializer="raw"),
+            recovery=app.topic(topics.recovery, value_serializer="raw"),
+            recovery_input=app.topic(topics.recovery_input, value_serializer="raw"),
+            detections=app.topic(topics.detections, value_serializer="raw"),
+            incidents=app.topic(topics.incidents, value_serializer="raw"),
+        )

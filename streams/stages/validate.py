@@ -1,0 +1,108 @@
+"""The validate stage: raw records (JSON batches, OTLP spans) in; redacted events, dead letters,
+quarantined events and the redaction audit out.
+
+Every raw record ends as valid events downstream, dead letters, or both. Redaction runs here,
+before anything reaches the events topic, so no derived stage ever sees raw telemetry text.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import faust
+
+from rankscope.redaction.keys import load_key
+from rankscope.redaction.rules import load_rules
+from rankscope.redaction.stage import RedactionStage, StageResult
+from rankscope.schemas.events import Event, dump_events
+from rankscope.schemas.topics import partition_key
+from rankscope.streams.config import RedactionConfig, StreamsConfig
+from rankscope.streams.stages.shared import StageCounters, StageTopics
+from rankscope.streams.validate import (
+    RecordRef,
+    ValidationResult,
+    validate_message,
+    validate_otlp_message,
+)
+
+log = logging.getLogger("rankscope.streams")
+
+
+class ValidateStage:
+    """Owns the redaction stage; registers the ``<app_id>.validate`` agent on the raw topics."""
+
+    def __init__(self, config: StreamsConfig, topics: StageTopics, counters: StageCounters):
+        self.config = config
+        self.topics = topics
+        self.counters = counters
+        self.redact = build_redaction(config.redaction)
+
+    def register(self, app: faust.App) -> None:
+        config = self.config
+        topics = self.topics
+        counters = self.counters
+        redact = self.redact
+        limits = config.limits
+        otlp_spans = config.topics.otlp_spans
+
+        @app.agent(topics.raw, name=f"{config.app_id}.validate")
+        async def validate(stream: faust.StreamT[bytes]) -> None:
+            """Every raw record ends as valid events downstream, dead letters, or both."""
+            async for event in stream.events():
+                msg = event.message
+                ref = RecordRef(
+                    topic=msg.topic,
+                    partition=msg.partition,
+                    offset=msg.offset,
+                    timestamp_ns=int((msg.timestamp or 0) * 1e9),
+                )
+                result: ValidationResult
+                if msg.topic == otlp_spans:
+                    result = validate_otlp_message(event.value, ref, limits)
+                else:
+                    result = validate_message(event.value, ref, limits)
+                counters.records_in += 1
+                if result.events:
+                    counters.events_valid += len(result.events)
+                    record = f"{msg.topic}:{msg.partition}:{msg.offset}"
+                    redacted = redact(result.events, record)
+                    for q in redacted.quarantined:
+                        counters.events_quarantined += 1
+                        await topics.quarantine.send(
+                            key=q.job_id.encode(), value=q.model_dump_json().encode()
+                        )
+                    for a in redacted.audit:
+                        await topics.audit.send(
+                            key=a.job_id.encode(), value=a.model_dump_json().encode()
+                        )
+                    key = msg.key or partition_key(result.events[0].job_id, result.events[0].node)
+                    await topics.events.send(key=key, value=dump_events(redacted.events))
+                for dead in result.dead:
+                    counters.dead_letters += 1
+                    await topics.deadletter.send(
+                        key=dead.dead_letter_id.encode(), value=dead.model_dump_json().encode()
+                    )
+
+
+def build_redaction(config: RedactionConfig) -> Callable[[list[Event], str], StageResult]:
+    """The redaction stage as the validate agent calls it; fail closed around the stage too.
+
+    A failure inside one value quarantines that event (the stage handles it); a failure of the
+    stage itself (a bug) quarantines the whole record the same way rather than pass it raw.
+    """
+    if not config.enabled:
+        log.warning("redaction is disabled: raw telemetry text flows to derived topics")
+        return lambda events, record: StageResult(events=list(events))
+    rules = load_rules(config.rules_path)
+    key = load_key(rules.settings.key_env, config.key_file, create=config.create_key)
+    stage = RedactionStage(rules, key)
+
+    def redact(events: list[Event], record: str) -> StageResult:
+        try:
+            return stage.process(events, record)
+        except Exception as exc:
+            log.exception("redaction stage failed on %s: quarantining its events", record)
+            return stage.quarantine_all(events, record, f"stage failed: {type(exc).__name__}")
+
+    return redact
