@@ -31,8 +31,14 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 
-from rankscope.collectors.agent.scheduling import CollectorTasks
-from rankscope.collectors.agent.transport import DeliveryError, PermanentSendError, Transport
+from rankscope.collectors.agent.config import AgentConfig
+from rankscope.collectors.agent.ingest import SpoolIngest
+from rankscope.collectors.agent.transport import (
+    DeliveryError,
+    PermanentSendError,
+    Transport,
+    TransportFactory,
+)
 from rankscope.collectors.spool import Spool
 from rankscope.schemas import Topics
 
@@ -222,22 +228,51 @@ class _Delivery:
         self._settle()
 
 
-class DeliveryThread(CollectorTasks):
+class DeliveryThread:
     """The agent's delivery thread: runs :class:`_Delivery` until stopped and drained (or the
-    shutdown deadline), reports replayed backlogs and stuck polls.
-    :class:`~rankscope.collectors.agent.Agent` builds on it and sets the attributes declared
-    here."""
+    shutdown deadline), reports replayed backlogs and stuck polls. Owns the delivery state
+    (:attr:`state`, made by :meth:`open` at each start), its stop event and the shutdown
+    deadline; appends wake it through the ingest's wake event."""
 
-    _delivery: _Delivery | None
-    _delivery_stop: threading.Event
-    _delivery_deadline: float
+    def __init__(
+        self,
+        config: AgentConfig,
+        ingest: SpoolIngest,
+        check_stuck: Callable[[], None],
+        transport_factory: TransportFactory,
+        *,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self._ingest = ingest
+        self._check_stuck = check_stuck
+        self._transport_factory = transport_factory
+        self._clock = clock
+        self.state: _Delivery | None = None
+        self.stop = threading.Event()
+        #: set by the agent before :attr:`stop`: when the loop gives up on draining
+        self.deadline = 0.0
 
-    def _delivery_loop(self) -> None:
-        delivery = self._delivery
+    def open(self, spool: Spool) -> None:
+        """A fresh :class:`_Delivery` over ``spool`` (may raise: e.g. a bad librdkafka setting
+        in ``kafka.extra``)."""
+        cfg = self.config
+        self.state = _Delivery(
+            spool,
+            lambda: self._transport_factory(cfg.kafka),
+            Topics(cfg.kafka.topic_prefix),
+            max_inflight=cfg.max_inflight_batches,
+            backoff_s=cfg.retry_backoff_s,
+            backoff_max_s=cfg.retry_backoff_max_s,
+            clock=self._clock,
+        )
+
+    def loop(self) -> None:
+        delivery = self.state
         assert delivery is not None
         while True:
-            stopping = self._delivery_stop.is_set()
-            if stopping and (delivery.drained or self._clock() >= self._delivery_deadline):
+            stopping = self.stop.is_set()
+            if stopping and (delivery.drained or self._clock() >= self.deadline):
                 break
             try:
                 delivery.step(0.05)
@@ -246,19 +281,19 @@ class DeliveryThread(CollectorTasks):
                 time.sleep(0.5)
             self._after_delivery_step(delivery)
             if not delivery.inflight:
-                # Idle: appends wake us (self._wake); the timeout only serves producer events
-                # and the stuck-poll check, so a slow tick keeps an idle agent near 0 CPU.
+                # Idle: appends wake us (the ingest's wake); the timeout only serves producer
+                # events and the stuck-poll check, so a slow tick keeps an idle agent near 0 CPU.
                 wait = 0.02 if stopping else min(1.0, self.config.stuck_poll_s / 4)
                 if delivery.retry_at:
                     wait = min(wait, max(0.0, delivery.retry_at - self._clock()))
-                if self._wake.wait(wait):
-                    self._wake.clear()
-        remaining = max(0.0, self._delivery_deadline - self._clock())
+                if self._ingest.wake.wait(wait):
+                    self._ingest.wake.clear()
+        remaining = max(0.0, self.deadline - self._clock())
         delivery.close(min(remaining, 2.0))
 
     def _after_delivery_step(self, delivery: _Delivery) -> None:
         for events, seconds in delivery.replayed:
-            self._agent_event(
+            self._ingest.agent_event(
                 "spool_replayed",
                 message=f"replayed {events} spooled event(s) after {seconds:.1f}s of backlog",
                 count=events,

@@ -23,29 +23,40 @@ log = logging.getLogger(__name__)
 
 class SpoolIngest:
     """The agent's ingest part: the ``emit`` handed to event-driven collectors, the agent's own
-    events, batches into the spool (thread-safe). :class:`~rankscope.collectors.agent.Agent`
-    builds on it and sets the attributes declared here."""
+    events, batches into the spool (thread-safe). It owns the spool (set by
+    :meth:`Agent.start <rankscope.collectors.agent.Agent.start>`), the per-source stats, the
+    ingest counters, the ingest lock and the wake event the delivery thread waits on."""
 
-    config: AgentConfig
-    factory: EventFactory
-    spool: Spool | None
-    _stats: dict[str, CollectorStats]
-    _tap: Callable[[Sequence[Event]], None] | None
-    _ingest_lock: threading.Lock
-    _wake: threading.Event
-    _sampled: int
-    _spooled: int
-    _lost: int
-    _reported_dropped: int
+    def __init__(
+        self,
+        config: AgentConfig,
+        factory: EventFactory,
+        stats: dict[str, CollectorStats],
+        *,
+        tap: Callable[[Sequence[Event]], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.factory = factory
+        self.spool: Spool | None = None
+        #: per-source counters; entries are added under the agent's state lock
+        self.stats = stats
+        self.tap = tap
+        self.lock = threading.Lock()
+        #: set after each append (and at shutdown): wakes the delivery thread
+        self.wake = threading.Event()
+        self.sampled = 0
+        self.spooled = 0
+        self.lost = 0  # could not be spooled at all (too large, spool closed)
+        self.reported_dropped = 0
 
-    def _emit_from(self, name: str, events: Sequence[Event]) -> None:
+    def emit_from(self, name: str, events: Sequence[Event]) -> None:
         """The ``emit`` handed to event-driven collectors (thread-safe)."""
-        stats = self._stats.get(name)
+        stats = self.stats.get(name)
         if stats is not None:
             stats.events += len(events)
-        self._ingest(events)
+        self.ingest(events)
 
-    def _agent_event(
+    def agent_event(
         self, event_type: AgentEventType, *, collector: str = "", count: int = 0, message: str = ""
     ) -> None:
         payload = AgentEvent(
@@ -55,26 +66,26 @@ class SpoolIngest:
             count=count,
             message=message,
         )
-        self._ingest([self.factory.make(AgentEventEvent, payload)])
+        self.ingest([self.factory.make(AgentEventEvent, payload)])
 
-    def _ingest(self, events: Sequence[Event]) -> None:
+    def ingest(self, events: Sequence[Event]) -> None:
         """Serialise per (kind, key) batch and append to the spool: the write-ahead step."""
         if not events:
             return
-        with self._ingest_lock:
-            self._sampled += len(events)
-            if self._tap is not None:
-                self._tap(events)
+        with self.lock:
+            self.sampled += len(events)
+            if self.tap is not None:
+                self.tap(events)
             spool = self.spool
             if spool is None or spool.closed:
-                self._lost += len(events)
+                self.lost += len(events)
                 log.error("agent not running: %d event(s) not spooled", len(events))
                 return
             self._append(spool, events)
             dropped = spool.dropped_events
-            if dropped > self._reported_dropped:
-                delta = dropped - self._reported_dropped
-                self._reported_dropped = dropped  # before appending: a drop it causes is next
+            if dropped > self.reported_dropped:
+                delta = dropped - self.reported_dropped
+                self.reported_dropped = dropped  # before appending: a drop it causes is next
                 overflow = self.factory.make(
                     AgentEventEvent,
                     AgentEvent(
@@ -87,11 +98,17 @@ class SpoolIngest:
                         ),
                     ),
                 )
-                self._sampled += 1
-                if self._tap is not None:
-                    self._tap([overflow])
+                self.sampled += 1
+                if self.tap is not None:
+                    self.tap([overflow])
                 self._append(spool, [overflow])
-        self._wake.set()
+        self.wake.set()
+
+    def close_spool(self) -> None:
+        """Close the spool under the ingest lock (no append can be half-way through it)."""
+        with self.lock:
+            if self.spool is not None:
+                self.spool.close()
 
     def _append(self, spool: Spool, events: Sequence[Event]) -> None:
         for kind, key, batch in batch_events(events, self.config.kafka.max_batch_events):
@@ -99,7 +116,7 @@ class SpoolIngest:
             try:
                 spool.append(data, len(batch), meta=kind.encode() + b"\n" + key)
             except (RecordTooLargeError, OSError) as exc:  # OSError: disk full, I/O error
-                self._lost += len(batch)
+                self.lost += len(batch)
                 log.error("batch of %d %s event(s) not spooled: %s", len(batch), kind, exc)
                 continue
-            self._spooled += len(batch)
+            self.spooled += len(batch)

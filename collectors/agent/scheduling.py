@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rankscope.collectors.agent.config import AgentConfig
 from rankscope.collectors.agent.ingest import SpoolIngest
 from rankscope.collectors.agent.inventory import InventorySource
 from rankscope.collectors.agent.stats import CollectorStats
@@ -103,25 +104,41 @@ class Scheduler:
             task.next_due += missed * task.interval_s
 
 
-class CollectorTasks(SpoolIngest):
+class CollectorTasks:
     """The agent's scheduler thread and the sources it runs (collector polls, heartbeat,
-    inventory), each under the error-streak logic. :class:`~rankscope.collectors.agent.Agent`
-    builds on it and sets the attributes declared here."""
+    inventory), each under the error-streak logic. Events go through the shared
+    :class:`~rankscope.collectors.agent.ingest.SpoolIngest`; the stop event and the state lock
+    (which guards the per-source stats and :attr:`current`) are the agent's, passed in."""
 
-    scheduler: Scheduler
-    inventory: InventorySource
-    version: str
-    _clock: Callable[[], float]
-    _stop: threading.Event
-    _state_lock: threading.Lock
-    _current: tuple[str, float, bool] | None
-    _collector_errors: int
-    _hb_seq: int
-    _inventory_fp: str | None
+    def __init__(
+        self,
+        config: AgentConfig,
+        ingest: SpoolIngest,
+        scheduler: Scheduler,
+        inventory: InventorySource,
+        *,
+        version: str,
+        clock: Callable[[], float],
+        stop: threading.Event,
+        state_lock: threading.Lock,
+    ) -> None:
+        self.config = config
+        self._ingest = ingest
+        #: replaced by the agent at each start
+        self.scheduler = scheduler
+        self.inventory = inventory
+        self.version = version
+        self._clock = clock
+        self._stop = stop
+        self._state_lock = state_lock
+        self.current: tuple[str, float, bool] | None = None  # (task, started, reported stuck)
+        self.collector_errors = 0
+        self._hb_seq = 0
+        self._inventory_fp: str | None = None
 
     # ----------------------------------------------------------------- thread
 
-    def _scheduler_loop(self) -> None:
+    def scheduler_loop(self) -> None:
         while not self._stop.is_set():
             next_due = self.scheduler.run_due()
             delay = next_due - self._clock()
@@ -130,34 +147,34 @@ class CollectorTasks(SpoolIngest):
 
     # ----------------------------------------------------------------- tasks
 
-    def _run_task(self, name: str, fn: Callable[[], int]) -> None:
+    def run_task(self, name: str, fn: Callable[[], int]) -> None:
         """Run one source under the error-streak logic, timing its thread CPU."""
-        stats = self._stats[name]
+        stats = self._ingest.stats[name]
         started_cpu = time.thread_time()
         with self._state_lock:
-            self._current = (name, self._clock(), False)
+            self.current = (name, self._clock(), False)
         try:
             events = fn()
         except Exception as exc:
-            self._failed(name, exc, during="poll")
+            self.failed(name, exc, during="poll")
         else:
             stats.events += events
-            self._succeeded(name)
+            self.succeeded(name)
         finally:
             with self._state_lock:
-                self._current = None
+                self.current = None
             stats.polls += 1
             stats.cpu_s += time.thread_time() - started_cpu
 
-    def _poll_task(self, collector: Collector) -> None:
+    def poll_task(self, collector: Collector) -> None:
         def poll() -> int:
-            events = collector.poll(self.factory.clock_ns())
-            self._ingest(events)
+            events = collector.poll(self._ingest.factory.clock_ns())
+            self._ingest.ingest(events)
             return len(events)
 
-        self._run_task(collector.name, poll)
+        self.run_task(collector.name, poll)
 
-    def _heartbeat_task(self) -> None:
+    def heartbeat_task(self) -> None:
         def beat() -> int:
             payload = Heartbeat(
                 agent=self.config.agent_name,
@@ -166,12 +183,12 @@ class CollectorTasks(SpoolIngest):
                 interval_s=self.config.heartbeat_interval_s,
             )
             self._hb_seq += 1
-            self._ingest([self.factory.make(HeartbeatEvent, payload)])
+            self._ingest.ingest([self._ingest.factory.make(HeartbeatEvent, payload)])
             return 1
 
-        self._run_task("heartbeat", beat)
+        self.run_task("heartbeat", beat)
 
-    def _inventory_task(self) -> None:
+    def inventory_task(self) -> None:
         def check() -> int:
             fields = dict(self.inventory.read())
             fields.pop("fingerprint", None)
@@ -179,7 +196,7 @@ class CollectorTasks(SpoolIngest):
             if fingerprint == self._inventory_fp:
                 return 0
             payload = NodeInventory.model_validate({**fields, "fingerprint": fingerprint})
-            self._ingest([self.factory.make(NodeInventoryEvent, payload)])
+            self._ingest.ingest([self._ingest.factory.make(NodeInventoryEvent, payload)])
             if self._inventory_fp is not None:
                 log.info(
                     "node inventory changed: fingerprint %s -> %s", self._inventory_fp, fingerprint
@@ -187,23 +204,23 @@ class CollectorTasks(SpoolIngest):
             self._inventory_fp = fingerprint
             return 1
 
-        self._run_task("inventory", check)
+        self.run_task("inventory", check)
 
     # ----------------------------------------------------------------- error streaks
 
-    def _failed(self, name: str, exc: BaseException, during: str) -> None:
+    def failed(self, name: str, exc: BaseException, during: str) -> None:
         message = f"{type(exc).__name__}: {exc}"
         with self._state_lock:
-            stats = self._stats.setdefault(name, CollectorStats(name))
+            stats = self._ingest.stats.setdefault(name, CollectorStats(name))
             stats.errors += 1
             stats.streak += 1
             stats.last_error = message
             first = not stats.failing
             stats.failing = True
         if first:
-            self._collector_errors += 1
+            self.collector_errors += 1
             log.warning("collector %s failed during %s: %s", name, during, message)
-            self._agent_event(
+            self._ingest.agent_event(
                 "collector_error",
                 collector=name,
                 count=1,
@@ -212,28 +229,28 @@ class CollectorTasks(SpoolIngest):
         else:
             log.debug("collector %s still failing: %s", name, message)
 
-    def _succeeded(self, name: str) -> None:
+    def succeeded(self, name: str) -> None:
         with self._state_lock:
-            stats = self._stats[name]
+            stats = self._ingest.stats[name]
             if not stats.failing:
                 return
             streak, stats.streak, stats.failing = stats.streak, 0, False
         log.info("collector %s recovered after %d failed poll(s)", name, streak)
-        self._agent_event(
+        self._ingest.agent_event(
             "collector_recovered",
             collector=name,
             count=streak,
             message=f"recovered after {streak} failed poll(s)",
         )
 
-    def _check_stuck(self) -> None:
+    def check_stuck(self) -> None:
         with self._state_lock:
-            current = self._current
+            current = self.current
             if current is None:
                 return
             name, started, reported = current
             elapsed = self._clock() - started
             if reported or elapsed < self.config.stuck_poll_s:
                 return
-            self._current = (name, started, True)
-        self._failed(name, TimeoutError(f"poll still running after {elapsed:.0f}s"), during="poll")
+            self.current = (name, started, True)
+        self.failed(name, TimeoutError(f"poll still running after {elapsed:.0f}s"), during="poll")

@@ -1,4 +1,5 @@
-"""The spool itself: a bounded, thread-safe append / read / ack queue on top of its directory.
+"""The spool itself: a bounded, thread-safe append / read / ack queue over the files of its
+directory (a :class:`~rankscope.collectors.spool.directory.SpoolDirectory` it owns).
 
 Bound and drop policy: the spool never holds more than ``max_bytes`` on disk (segments + frames).
 When an append would exceed it, whole **oldest** segments are deleted, and the events in them that
@@ -17,7 +18,7 @@ crash loses nothing, the data is in the page cache); ``"never"`` leaves it to th
 Fully acknowledged segments are deleted; a cursor update is cheap (a rename).
 
 Thread safety: every public method takes one lock, so collectors' threads may append while the
-delivery thread reads and acknowledges.
+delivery thread reads and acknowledges. The directory object is only used under that lock.
 """
 
 from __future__ import annotations
@@ -83,13 +84,17 @@ class SpoolStats:
     truncated_bytes: int
 
 
-class Spool(SpoolDirectory):
+class Spool:
     """A bounded, crash-safe, append-only queue of event batches on disk.
 
     ``append`` adds a record and returns its sequence number; ``read`` returns records after a
     given sequence number in order (the reader keeps its own "sent" position); ``ack(up_to)``
     marks every record up to ``up_to`` as delivered, persists that position and deletes segments
     that hold only acknowledged records.
+
+    The spool owns the queue state (bound, sequence numbers, committed position, the open
+    write descriptor, fsync bookkeeping, counters); its :class:`SpoolDirectory` owns the files
+    (lock, segment indexes, bytes on disk, cursor file).
     """
 
     def __init__(
@@ -112,35 +117,31 @@ class Spool(SpoolDirectory):
             )
         if fsync not in ("always", "interval", "never"):
             raise ValueError(f"unknown fsync policy {fsync!r}")
-        self.directory = Path(directory)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self.fsync_policy: FsyncPolicy = fsync
         self.fsync_interval_s = fsync_interval_s
         self._clock = clock or time.monotonic
         self._lock = threading.RLock()
-        self._segments: list[_Segment] = []
         self._write_fd: int | None = None
         self._dirty = False
         self._last_sync = self._clock()
-        self._committed = 0
-        self._next_seq = 1
-        self._persisted_committed = -1
-        self._size = 0
-        self._pending_events = 0
         self._appended_records = 0
         self._dropped_records = 0
         self._dropped_events = 0
-        self._truncated_bytes = 0
         self._corrupt: set[int] = set()
         self._closed = False
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = self._take_lock()
+        self._dir = SpoolDirectory(directory)  # creates the directory, takes its lock
         try:
-            self._recover()
+            self._committed, self._next_seq, self._pending_events = self._dir.recover()
         except BaseException:
-            self._release_lock()
+            self._dir.release_lock()
             raise
+
+    @property
+    def directory(self) -> Path:
+        """The spool directory."""
+        return self._dir.directory
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -150,15 +151,15 @@ class Spool(SpoolDirectory):
             if self._closed:
                 return
             self._closed = True
-            self._persist_cursor(force_sync=self.fsync_policy != "never")
+            self._dir.persist_cursor(self._committed, force_sync=self.fsync_policy != "never")
             if self._write_fd is not None:
                 if self.fsync_policy != "never" and self._dirty:
                     os.fsync(self._write_fd)
                 os.close(self._write_fd)
                 self._write_fd = None
-            for segment in self._segments:
+            for segment in self._dir.segments:
                 segment.close_reader()
-            self._release_lock()
+            self._dir.release_lock()
 
     def __enter__(self) -> Self:
         return self
@@ -211,7 +212,7 @@ class Spool(SpoolDirectory):
             active.offsets.append(active.size)
             active.events.append(n_events)
             active.size += frame_size
-            self._size += frame_size
+            self._dir.size += frame_size
             self._next_seq += 1
             self._pending_events += n_events
             self._appended_records += 1
@@ -223,22 +224,22 @@ class Spool(SpoolDirectory):
         """The segment to append to: the open one, or a new one when it is full (or after a
         restart, the newest one on disk if it continues the sequence and has room)."""
         if self._write_fd is not None:
-            active = self._segments[-1]
+            active = self._dir.segments[-1]
             if active.count == 0 or active.size + frame_size <= self.segment_bytes:
                 return active
             self._seal_active()
-        elif self._segments:
-            last = self._segments[-1]
+        elif self._dir.segments:
+            last = self._dir.segments[-1]
             if last.last_seq == self._next_seq - 1 and last.size + frame_size <= self.segment_bytes:
                 self._write_fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
                 return last
         active = _Segment(self.directory / _segment_name(self._next_seq), self._next_seq)
         self._write_fd = os.open(active.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        self._segments.append(active)
+        self._dir.segments.append(active)
         if self.fsync_policy == "always":
             _fsync_dir(self.directory)
         # Sealed segments whose records were all acknowledged can go now.
-        self._delete_acked_segments(keep_active=True)
+        self._dir.delete_acked_segments(self._committed, keep_active=self._write_fd is not None)
         return active
 
     def _seal_active(self) -> None:
@@ -251,13 +252,13 @@ class Spool(SpoolDirectory):
 
     def _make_room(self, frame_size: int) -> None:
         """Delete the oldest segments until ``frame_size`` more bytes fit in ``max_bytes``."""
-        while self._segments and self._size + frame_size > self.max_bytes:
-            oldest = self._segments[0]
-            if oldest is self._segments[-1] and self._write_fd is not None:
+        while self._dir.segments and self._dir.size + frame_size > self.max_bytes:
+            oldest = self._dir.segments[0]
+            if oldest is self._dir.segments[-1] and self._write_fd is not None:
                 self._seal_active()  # the active segment is the only one: start a new one
             lost = oldest.events_after(self._committed)
             lost_records = max(0, oldest.last_seq - max(self._committed, oldest.first_seq - 1))
-            self._remove_segment(oldest)
+            self._dir.remove_segment(oldest)
             if lost_records:
                 self._dropped_records += lost_records
                 self._dropped_events += lost
@@ -281,7 +282,7 @@ class Spool(SpoolDirectory):
             and self._clock() - self._last_sync >= self.fsync_interval_s
         ):
             os.fsync(self._write_fd)
-            self._persist_cursor(force_sync=True)
+            self._dir.persist_cursor(self._committed, force_sync=True)
             self._dirty = False
             self._last_sync = self._clock()
 
@@ -292,7 +293,7 @@ class Spool(SpoolDirectory):
             if self._write_fd is not None:
                 os.fsync(self._write_fd)
             self._dirty = False
-            self._persist_cursor(force_sync=True)
+            self._dir.persist_cursor(self._committed, force_sync=True)
             self._last_sync = self._clock()
 
     # ----------------------------------------------------------------- reading
@@ -309,7 +310,7 @@ class Spool(SpoolDirectory):
             self._check_open()
             seq = max(self._committed if after is None else after, self._committed) + 1
             budget = max_bytes
-            for segment in self._segments:
+            for segment in self._dir.segments:
                 if segment.last_seq < seq:
                     continue
                 seq = max(seq, segment.first_seq)
@@ -379,14 +380,14 @@ class Spool(SpoolDirectory):
             if up_to <= self._committed:
                 return 0
             acked = 0
-            for segment in self._segments:
+            for segment in self._dir.segments:
                 if segment.first_seq > up_to:
                     break
                 acked += segment.events_between(self._committed, up_to)
             self._pending_events -= acked
             self._committed = up_to
-            self._delete_acked_segments(keep_active=True)
-            self._persist_cursor(force_sync=self.fsync_policy == "always")
+            self._dir.delete_acked_segments(self._committed, keep_active=self._write_fd is not None)
+            self._dir.persist_cursor(self._committed, force_sync=self.fsync_policy == "always")
             return acked
 
     # ----------------------------------------------------------------- introspection
@@ -427,13 +428,13 @@ class Spool(SpoolDirectory):
     @property
     def size_bytes(self) -> int:
         with self._lock:
-            return self._size
+            return self._dir.size
 
     def stats(self) -> SpoolStats:
         with self._lock:
             return SpoolStats(
-                size_bytes=self._size,
-                segments=len(self._segments),
+                size_bytes=self._dir.size,
+                segments=len(self._dir.segments),
                 pending_records=self._next_seq - 1 - self._committed,
                 pending_events=self._pending_events,
                 committed_seq=self._committed,
@@ -441,5 +442,5 @@ class Spool(SpoolDirectory):
                 appended_records=self._appended_records,
                 dropped_records=self._dropped_records,
                 dropped_events=self._dropped_events,
-                truncated_bytes=self._truncated_bytes,
+                truncated_bytes=self._dir.truncated_bytes,
             )

@@ -3,7 +3,8 @@
 Crash consistency: on open every segment is scanned; the first frame whose header is incomplete,
 whose length runs past the end of the file, whose crc does not match, or whose sequence number
 is out of order ends that segment: the file is truncated there (a torn tail after a crash) and
-the lost bytes are counted in :attr:`Spool.truncated_bytes`. ``cursor.json`` is replaced
+the lost bytes are counted in :attr:`SpoolDirectory.truncated_bytes` (reported by
+:meth:`Spool.stats() <rankscope.collectors.spool.Spool.stats>`). ``cursor.json`` is replaced
 atomically (write to a temporary file, ``os.replace``); if it is missing or unreadable every
 record still on disk is replayed (duplicates, never loss).
 """
@@ -17,6 +18,7 @@ import logging
 import os
 import zlib
 from pathlib import Path
+from typing import NamedTuple
 
 from rankscope.collectors.spool.segments import (
     _CRC_OFFSET,
@@ -28,7 +30,7 @@ from rankscope.collectors.spool.segments import (
     _Segment,
 )
 
-__all__ = ["SpoolDirectory", "SpoolError"]
+__all__ = ["Recovered", "SpoolDirectory", "SpoolError"]
 
 log = logging.getLogger(__name__)
 
@@ -37,22 +39,38 @@ class SpoolError(RuntimeError):
     """The spool directory cannot be used (locked by another agent, unreadable, ...)."""
 
 
+class Recovered(NamedTuple):
+    """The queue position found on disk by :meth:`SpoolDirectory.recover`."""
+
+    committed: int
+    next_seq: int
+    pending_events: int
+
+
 class SpoolDirectory:
     """What one spool directory holds on disk, and getting it back after a crash: the directory
     lock, the scan of every segment on open (torn tails truncated), the cursor file, deleting
-    segments. :class:`~rankscope.collectors.spool.Spool` builds on it and sets the attributes
-    declared here."""
+    segments.
 
-    directory: Path
-    _lock_fd: int
-    _write_fd: int | None
-    _segments: list[_Segment]
-    _size: int
-    _committed: int
-    _persisted_committed: int
-    _next_seq: int
-    _pending_events: int
-    _truncated_bytes: int
+    It owns the state about files: the segment indexes (:attr:`segments`, oldest first; the
+    :class:`~rankscope.collectors.spool.Spool` that owns this object appends frames to the newest
+    one in place and adds them to :attr:`size`), the bytes on disk, the bytes cut off by
+    recovery and the position last written to the cursor file. The queue position itself
+    (committed, next sequence number) belongs to the ``Spool`` and is passed in. Not thread-safe
+    on its own: the ``Spool`` calls it under its lock.
+
+    Creating one creates the directory and takes its lock (:class:`SpoolError` when another
+    agent holds it); :meth:`recover` must follow, :meth:`release_lock` ends it.
+    """
+
+    def __init__(self, directory: Path | str) -> None:
+        self.directory = Path(directory)
+        self.segments: list[_Segment] = []
+        self.size = 0
+        self.truncated_bytes = 0
+        self.persisted_committed = -1
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = self._take_lock()
 
     # ----------------------------------------------------------------- open
 
@@ -68,14 +86,15 @@ class SpoolDirectory:
             ) from exc
         return fd
 
-    def _release_lock(self) -> None:
+    def release_lock(self) -> None:
         with contextlib.suppress(OSError):
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
         with contextlib.suppress(OSError):
             os.close(self._lock_fd)
 
-    def _recover(self) -> None:
-        """Index every segment, truncating torn or corrupt tails, and load the cursor."""
+    def recover(self) -> Recovered:
+        """Index every segment, truncating torn or corrupt tails, and load the cursor; returns
+        the queue position found (the caller owns it from then on)."""
         found: list[tuple[int, Path]] = []
         for path in self.directory.glob(f"*{_SEGMENT_SUFFIX}"):
             stem = path.name[: -len(_SEGMENT_SUFFIX)]
@@ -89,37 +108,37 @@ class SpoolDirectory:
             if expected_next is not None and first_seq < expected_next:
                 # Overlaps the previous segment: only possible through outside tampering.
                 log.warning("spool segment %s overlaps its predecessor; removing it", path)
-                self._truncated_bytes += path.stat().st_size
+                self.truncated_bytes += path.stat().st_size
                 path.unlink()
                 continue
             segment = self._scan(path, first_seq)
             if segment.count == 0:
                 path.unlink()
                 continue
-            self._segments.append(segment)
-            self._size += segment.size
+            self.segments.append(segment)
+            self.size += segment.size
             expected_next = segment.last_seq + 1
         committed = self._load_cursor()
-        if self._segments:
-            first = self._segments[0].first_seq
-            last = self._segments[-1].last_seq
+        if self.segments:
+            first = self.segments[0].first_seq
+            last = self.segments[-1].last_seq
             # Records below the oldest segment are gone (acked or dropped); a cursor beyond the
             # last record means the tail was lost in a crash: continue numbering after it so a
             # sequence number is never reused.
             committed = max(committed, first - 1)
-            self._next_seq = max(last, committed) + 1
+            next_seq = max(last, committed) + 1
         else:
-            self._next_seq = committed + 1
-        self._committed = committed
-        self._persisted_committed = committed
-        self._pending_events = sum(s.events_after(committed) for s in self._segments)
-        self._delete_acked_segments(keep_active=False)
-        if self._truncated_bytes:
+            next_seq = committed + 1
+        self.persisted_committed = committed
+        pending_events = sum(s.events_after(committed) for s in self.segments)
+        self.delete_acked_segments(committed, keep_active=False)
+        if self.truncated_bytes:
             log.warning(
                 "spool %s: truncated %d corrupt or torn bytes",
                 self.directory,
-                self._truncated_bytes,
+                self.truncated_bytes,
             )
+        return Recovered(committed, next_seq, pending_events)
 
     def _scan(self, path: Path, first_seq: int) -> _Segment:
         segment = _Segment(path, first_seq)
@@ -141,7 +160,7 @@ class SpoolDirectory:
             expect += 1
             pos = end
         if pos < total:
-            self._truncated_bytes += total - pos
+            self.truncated_bytes += total - pos
             log.warning(
                 "spool segment %s: corrupt or torn record at byte %d; truncating %d bytes",
                 path,
@@ -167,31 +186,34 @@ class SpoolDirectory:
 
     # ----------------------------------------------------------------- segments and cursor
 
-    def _remove_segment(self, segment: _Segment) -> None:
+    def remove_segment(self, segment: _Segment) -> None:
         segment.close_reader()
-        self._segments.remove(segment)
-        self._size -= segment.size
+        self.segments.remove(segment)
+        self.size -= segment.size
         with contextlib.suppress(FileNotFoundError):
             segment.path.unlink()
 
-    def _delete_acked_segments(self, keep_active: bool) -> None:
-        while self._segments and self._segments[0].last_seq <= self._committed:
-            segment = self._segments[0]
-            if keep_active and segment is self._segments[-1] and self._write_fd is not None:
+    def delete_acked_segments(self, committed: int, keep_active: bool) -> None:
+        """Delete the oldest segments whose records all have ``seq <= committed``; with
+        ``keep_active`` (the newest segment is open for writing) the newest one is kept."""
+        while self.segments and self.segments[0].last_seq <= committed:
+            segment = self.segments[0]
+            if keep_active and segment is self.segments[-1]:
                 return  # still being written: deleted once sealed
-            self._remove_segment(segment)
+            self.remove_segment(segment)
 
-    def _persist_cursor(self, force_sync: bool) -> None:
-        if self._committed == self._persisted_committed:
+    def persist_cursor(self, committed: int, force_sync: bool) -> None:
+        """Write ``committed`` to the cursor file (atomically) unless it is there already."""
+        if committed == self.persisted_committed:
             return
         path = self.directory / _CURSOR
         tmp = path.with_suffix(".tmp")
         with tmp.open("w") as fh:
-            fh.write(json.dumps({"committed": self._committed}))
+            fh.write(json.dumps({"committed": committed}))
             if force_sync:
                 fh.flush()
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
         if force_sync:
             _fsync_dir(self.directory)
-        self._persisted_committed = self._committed
+        self.persisted_committed = committed
