@@ -8,7 +8,6 @@ into a freshly migrated engine.
 
 from __future__ import annotations
 
-from rankscope.schemas.derived import DeadLetter, LateEvent, RankWindow
 from rankscope.sinks.columns import Column, Row, TableSpec
 from rankscope.sinks.derived_tables import (
     AUDIT_TABLE,
@@ -44,10 +43,7 @@ __all__ = [
     "RECOVERY_TABLE",
     "WINDOW_TABLE",
     "Column",
-    "DeadLetter",
     "EventTableSpec",
-    "LateEvent",
-    "RankWindow",
     "Row",
     "TableSpec",
     "event_spec",

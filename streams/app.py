@@ -12,6 +12,7 @@ recomputes them; re-emitted windows carry the same id and collapse in ClickHouse
 from __future__ import annotations
 
 import gc
+import time
 
 import faust
 
@@ -79,6 +80,16 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     validate.register(app)
     recovery.register(app)
     windows.register(app)
+
+    @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
+    async def tick() -> None:
+        """Event time moves on in a quiet fleet too: the decider's deadlines, idle windows and
+        the analysis' flush and retention run once a second whether records arrive or not."""
+        now = time.time()
+        await recovery.tick(now)
+        await windows.close_ready(now)
+        await analysis.tick(now)
+
     return app, counters
 
 

@@ -708,7 +708,7 @@ def test_event_device_matches_its_gpu_for_real_ctypes_handles() -> None:
     a new pointer object to the same device and must still find its GPU."""
     import ctypes
 
-    from rankscope.collectors.gpu import _handle_key
+    from rankscope.collectors.gpu.nvml import _handle_key
 
     h = pynvml.c_nvmlDevice_t()
     ctypes.cast(ctypes.byref(h), ctypes.POINTER(ctypes.c_void_p))[0] = 0x1234

@@ -56,7 +56,6 @@ runs in production.
 from rankscope.collectors.gpu.collector import GpuCollector, create_gpu_collector
 from rankscope.collectors.gpu.config import GpuCollectorConfig, GpuCollectorUnavailable
 from rankscope.collectors.gpu.nvml import NvmlApi, real_nvml
-from rankscope.collectors.gpu.nvml import _handle_key as _handle_key
 from rankscope.collectors.gpu.sampling import INTERESTING_THROTTLE_MASK, throttle_reason_names
 
 __all__ = [

@@ -1,11 +1,10 @@
-"""The windows stage: the events agent (event-time rank windows, late events, manual acks) and
-the worker's one-second timer.
+"""The windows stage: the events agent (event-time rank windows, late events, manual acks).
 
 Acks are manual: a record is acknowledged once every window it contributed to has been emitted,
 so a crash re-reads the records of open windows and recomputes them. The events agent parses a
 record once and hands each event to the recovery host's progress notes and to the analysis
-stage before the aggregator; the timer ticks the decider host, closes idle windows, then
-flushes idle analyses, in that order.
+stage before the aggregator. The worker's one-second timer (``rankscope.streams.app``) calls
+``close_ready`` between the decider host's tick and the analysis' flush.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from rankscope.streams.windows import WindowAggregator, corrected_ts
 
 class WindowsStage:
     """Owns the window aggregator and the records held unacknowledged; registers the
-    ``<app_id>.windows`` agent and the ``close_idle_windows`` timer."""
+    ``<app_id>.windows`` agent."""
 
     def __init__(
         self,
@@ -66,6 +65,14 @@ class WindowsStage:
                 keep.append((job_id, last_end, ev))
         pending.extend(keep)
         self.counters.pending_acks = len(pending)
+
+    async def close_ready(self, now: float) -> None:
+        """Emit the windows the watermark (or idleness at ``now``) has closed, then ack the
+        records they settle: a held record can only settle when one of its windows is emitted."""
+        closed = self.agg.close_ready(now)
+        await self.emit(closed)
+        if closed:
+            self.ack_settled()
 
     def register(self, app: faust.App) -> None:
         topics = self.topics
@@ -106,19 +113,6 @@ class WindowsStage:
                     event.ack()
                 else:
                     self.pending.append((job_id, last_end, event))
-                closed = agg.close_ready(now)
-                await self.emit(closed)
-                if closed:  # a held record can only settle when one of its windows is emitted
-                    self.ack_settled()
+                await self.close_ready(now)
                 await analysis.publish(touched)
                 await recovery.send_progress(progress)
-
-        @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
-        async def close_idle_windows() -> None:
-            now = time.time()
-            await recovery.tick(now)
-            closed = agg.close_ready(now)
-            await self.emit(closed)
-            if closed:
-                self.ack_settled()
-            await analysis.tick(now)
