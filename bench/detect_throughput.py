@@ -48,7 +48,7 @@ def records_for(ranks: int, duration_s: float, seed: int) -> tuple[list[bytes], 
         fabric_interval_s=2.0,
     )
     events, _ = simulate_with_faults(cfg, [GpuFellOffBus()])
-    batches = [batch for _, _, batch in batch_events(events, 200)]
+    batches = [batch for _, batch in batch_events(events, 200)]
     return [dump_events(b) for b in batches], sum(len(b) for b in batches)
 
 
@@ -74,16 +74,16 @@ def detect(records: list[bytes]) -> tuple[float, float, int, int]:
         parsing += clock() - p0
         for ev in batch:
             if analyzer is None:
-                analyzer = JobAnalyzer(ev.cluster, ev.job_id)
+                analyzer = JobAnalyzer(ev.cluster, ev.job_id, clock_ns=lambda: 0)
             analyzer.observe(ev)
             agg.add(ev, now)
         agg.close_ready(now)
         assert analyzer is not None
-        d, i = analyzer.advance(0)
+        d, i = analyzer.take()
         detections += len(d)
         incidents += len(i)
     assert analyzer is not None
-    d, i = analyzer.flush(0)
+    d, i = analyzer.flush()
     agg.close_ready(now + 3600)
     elapsed = clock() - t0
     return elapsed, parsing, detections + len(d), incidents + len(i)

@@ -2,10 +2,11 @@
 
 Wire contract (the stream workers depend on it; change it only together with them):
 
-* topic ``Topics(prefix).raw(kind)``, one topic per event kind;
+* topic ``Topics(prefix).raw``, one topic for every event kind;
 * key ``rankscope.schemas.partition_key(job_id, node)``: all events of a job land in one partition,
-so a job's events stay in order; node-level events (no job id) key by node;
-* value: a JSON array of events of *one* kind and *one* key, serialised with
+  in the order the collectors emitted them, kinds interleaved; node-level events (no job id) key
+  by node;
+* value: a JSON array of events of *one* key (kinds mixed, in emission order), serialised with
   ``rankscope.schemas.dump_events`` (aliases on, so the discriminator field is called ``schema``);
 * header ``content-type: application/json``.
 
@@ -46,8 +47,8 @@ log = logging.getLogger(__name__)
 
 CONTENT_TYPE_HEADER: tuple[str, bytes] = ("content-type", b"application/json")
 COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
-#: Batch = (event kind, partition key, events of that kind and key, in arrival order).
-Batch = tuple[str, bytes, list[Event]]
+#: Batch = (partition key, events of that key, kinds mixed, in arrival order).
+Batch = tuple[bytes, list[Event]]
 
 
 class PublisherConfig(BaseModel):
@@ -170,37 +171,36 @@ def batch_events(
     max_delay_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[Batch]:
-    """Group events into per-(kind, key) batches of at most ``max_batch_events``.
+    """Group events into per-key batches of at most ``max_batch_events``.
 
-    One batch is open per (kind, key); events are appended in arrival order, so the order of the
-    events of one key on one topic (the only order Kafka keeps) is preserved, while interleaved
-    kinds (spans between GPU samples) do not fragment each other's batches. A batch is emitted
-    when full, when it has been open for ``max_delay_s`` (checked as events arrive, so a slow
-    live stream still publishes promptly), and at the end of the input, oldest first.
+    One batch is open per partition key; events of every kind are appended in arrival order, so
+    the partition holds a job's events in the order the collectors emitted them (spans between
+    GPU samples, as they happened), which is what makes the analysis a function of the log. A
+    batch is emitted when full, when it has been open for ``max_delay_s`` (checked as events
+    arrive, so a slow live stream still publishes promptly), and at the end of the input.
     """
     if max_batch_events < 1:
         raise ValueError("max_batch_events must be >= 1")
-    open_batches: dict[tuple[str, bytes], list[Event]] = {}
-    opened_at: dict[tuple[str, bytes], float] = {}
+    open_batches: dict[bytes, list[Event]] = {}
+    opened_at: dict[bytes, float] = {}
     for event in events:
-        slot = (event.kind, partition_key(event.job_id, event.node))
-        batch = open_batches.get(slot)
+        key = partition_key(event.job_id, event.node)
+        batch = open_batches.get(key)
         if batch is None:
-            batch = open_batches[slot] = []
+            batch = open_batches[key] = []
             if max_delay_s is not None:
-                opened_at[slot] = clock()
+                opened_at[key] = clock()
         batch.append(event)
         if len(batch) >= max_batch_events:
-            del open_batches[slot]
-            opened_at.pop(slot, None)
-            yield slot[0], slot[1], batch
+            del open_batches[key]
+            opened_at.pop(key, None)
+            yield key, batch
         if max_delay_s is not None and opened_at:
             deadline = clock() - max_delay_s
-            for stale in [s for s, t in opened_at.items() if t <= deadline]:
+            for stale in [k for k, t in opened_at.items() if t <= deadline]:
                 del opened_at[stale]
-                yield stale[0], stale[1], open_batches.pop(stale)
-    for (kind, key), batch in open_batches.items():
-        yield kind, key, batch
+                yield stale, open_batches.pop(stale)
+    yield from open_batches.items()
 
 
 class Publisher:
@@ -286,8 +286,7 @@ class Publisher:
                 events, self.config.max_batch_events, max_delay_s=self.config.linger_ms / 1000.0
             )
         else:
-            # Replays: close a batch once it covers ``span`` seconds of *event* time, so a
-            # recorded job reaches the workers in near event-time order across kinds, as live
+            # Replays: close a batch once it covers ``span`` seconds of *event* time, as live
             # collectors (one batch per cycle) would deliver it.
             now = [0.0]
 
@@ -302,8 +301,8 @@ class Publisher:
                 max_delay_s=span,
                 clock=lambda: now[0],
             )
-        for kind, key, batch in batches:
-            self._produce(self.topics.raw(kind), key, batch)
+        for key, batch in batches:
+            self._produce(self.topics.raw, key, batch)
         return replace(self.stats)
 
     def _produce(self, topic: str, key: bytes, batch: list[Event]) -> None:

@@ -17,7 +17,7 @@ Run it against the local services (from the repository root)::
 
 ``--topic-prefix`` (default ``rankscope``) must match the pipeline's ``--topic-prefix``.
 
-The spans land on ``<topic-prefix>.raw.span`` (one JSON array of ``span/1`` events per batch,
+The spans land on ``<topic-prefix>.raw.events`` (one JSON array of ``span/1`` events per batch,
 keyed by job id). Each rank reads its identity the way a real job does, from RANK /
 LOCAL_RANK / WORLD_SIZE and RANKSCOPE_JOB_ID, which this script sets for its children.
 """
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             f"rank {rep.rank}: exit {exit_code}, {rep.spans_published} spans published, "
             f"delivered={rep.delivered}, {outcome}"
         )
-    topic = f"{args.topic_prefix}.raw.span"
+    topic = f"{args.topic_prefix}.raw.events"
     all_delivered = len(reports) == args.ranks and all(r.delivered for r in reports)
     print(f"spans on {topic}: {'all delivered' if all_delivered else 'NOT all delivered'}")
     return 0 if all_delivered else 1

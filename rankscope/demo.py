@@ -195,7 +195,7 @@ def _publish(
 
 def _inject_bad(settings: Settings, bootstrap: str, job_id: str) -> int:
     """Send malformed records with a bare producer, as a broken collector would."""
-    topic = settings.topics.raw("gpu_sample")
+    topic = settings.topics.raw
     p = Producer({"bootstrap.servers": bootstrap})
     for _, value in BAD_RECORDS:
         p.produce(topic, key=job_id.encode(), value=value)

@@ -150,9 +150,7 @@ class Pipeline:
     def lag(self) -> tuple[int, int]:
         """(stream worker lag on raw+events topics, sink lag on its topics)."""
         t = self.config.topics
-        worker = group_lag(
-            self.config.bootstrap, self.config.streams_group, [*t.all_raw, t.otlp_spans, t.events]
-        )
+        worker = group_lag(self.config.bootstrap, self.config.streams_group, [*t.all_raw, t.events])
         sink = group_lag(
             self.config.bootstrap,
             self.config.sink_group,

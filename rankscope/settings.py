@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     recovery_policy: Path | None = None  # None: the packaged recovery policy
     #: how long a silent stream worker keeps its partitions before the group moves them
     worker_session_timeout_s: float = 60.0
+    #: bytes per partition per fetch for the stream worker (findings do not depend on it)
+    worker_fetch_max_bytes: int = 256 * 1024
 
     @property
     def topics(self) -> Topics:
@@ -48,6 +50,7 @@ class Settings(BaseSettings):
             ),
             recovery=RecoveryConfig(policy_path=self.recovery_policy),
             session_timeout_s=self.worker_session_timeout_s,
+            fetch_max_bytes=self.worker_fetch_max_bytes,
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rankscope.schemas.events import KINDS
-
 DEFAULT_PREFIX = "rankscope"
 
 
@@ -17,13 +15,20 @@ DEFAULT_PREFIX = "rankscope"
 class Topics:
     prefix: str = DEFAULT_PREFIX
 
-    def raw(self, kind: str) -> str:
-        """Where collectors publish events of one kind (key: job id, or node for node events)."""
-        return f"{self.prefix}.raw.{kind}"
+    @property
+    def raw(self) -> str:
+        """Where collectors publish events of every kind (key: job id, or node for node events).
+
+        One topic for all kinds, so a job's partition holds its events in the order the node
+        agents emitted them: the analysis is then a function of the log, whatever the lag or
+        read pattern of the worker (docs/decisions.md, "One raw topic").
+        """
+        return f"{self.prefix}.raw.events"
 
     @property
     def all_raw(self) -> list[str]:
-        return [self.raw(k) for k in KINDS]
+        """Every topic the validate stage reads: the collectors' events and OTLP spans."""
+        return [self.raw, self.otlp_spans]
 
     @property
     def otlp_spans(self) -> str:
@@ -86,7 +91,6 @@ class Topics:
     def all(self) -> list[str]:
         return [
             *self.all_raw,
-            self.otlp_spans,
             self.events,
             self.windows,
             self.late,

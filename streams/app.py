@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import time
+from typing import Any
 
 import faust
 
@@ -33,7 +34,6 @@ __all__ = [
 ]
 
 _MAX_BYTES = 8 * 1024 * 1024
-_FETCH_BYTES = 256 * 1024
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -52,10 +52,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         autodiscover=False,
         producer_acks=-1,
         producer_max_request_size=_MAX_BYTES,
-        # Small per-partition fetches keep the raw topics of one job in step (a fetch of 8 MiB
-        # of spans is tens of seconds of event time ahead of the heartbeats); the broker still
-        # returns a larger first batch, so oversized records are not stuck.
-        consumer_max_fetch_size=_FETCH_BYTES,
+        consumer_max_fetch_size=config.fetch_max_bytes,
         consumer_auto_offset_reset="earliest",
         stream_wait_empty=False,
         broker_commit_interval=1.0,
@@ -72,7 +69,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     # agent feeds both.
     recovery = DeciderHost(config, topics, counters)
     validate = ValidateStage(config, topics, counters)
-    analysis = AnalysisStage(config, topics, counters, to_decider=recovery.to_decider)
+
+    def highwater(tp: Any) -> int | None:
+        return app.consumer.highwater(tp)  # looked up late: the consumer starts with the worker
+
+    analysis = AnalysisStage(
+        config, topics, counters, to_decider=recovery.to_decider, highwater=highwater
+    )
     windows = WindowsStage(config, topics, counters, analysis=analysis, recovery=recovery)
 
     # Registered in this order: the validate agent, the decider's agent and its revoke

@@ -88,6 +88,13 @@ class StreamsConfig(BaseModel):
         "moves work sooner after a crash; too short and a worker busy with a large job misses "
         "heartbeats and the group rebalances for nothing.",
     )
+    fetch_max_bytes: int = Field(
+        default=256 * 1024,
+        ge=1024,
+        description="Bytes per partition per fetch. Small fetches keep a worker that is behind "
+        "from holding many seconds of one partition in memory; the broker still returns a "
+        "larger first batch, so an oversized record is not stuck. Findings do not depend on it.",
+    )
     windows: WindowConfig = WindowConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     analysis_enabled: bool = True

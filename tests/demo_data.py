@@ -95,7 +95,7 @@ def load_demo(client: Client, database: str) -> DemoData:
         for a in out.audit:
             add(AUDIT_TABLE, a)
         aggregator = WindowAggregator(WindowConfig())
-        analyzer = JobAnalyzer(cfg.cluster, job)
+        analyzer = JobAnalyzer(cfg.cluster, job, clock_ns=lambda: 0)
         wall = time.time()
         windows: list[RankWindow] = []
         for i, ev in enumerate(out.events, 1):
@@ -105,9 +105,9 @@ def load_demo(client: Client, database: str) -> DemoData:
             analyzer.observe(ev)
             end = max(end, ev.ts)
             if i % 256 == 0:
-                findings(*analyzer.advance(0))
+                findings(*analyzer.take())
         windows += aggregator.close_ready(wall + 3600)
-        findings(*analyzer.flush(0))
+        findings(*analyzer.flush())
         for w in windows:
             add(WINDOW_TABLE, w)
     for i, (_, value) in enumerate(BAD_RECORDS):

@@ -47,16 +47,16 @@ def analyse(
     case: SuiteCase, events: Iterable[Event]
 ) -> tuple[dict[str, Detection], dict[str, Incident]]:
     """The worker's analysis of one run, in process: latest version of each finding by id."""
-    analyzer = JobAnalyzer(case.config.cluster, case.config.job_id)
+    analyzer = JobAnalyzer(case.config.cluster, case.config.job_id, clock_ns=lambda: 0)
     dets: dict[str, Detection] = {}
     incs: dict[str, Incident] = {}
     for n, ev in enumerate(events, 1):
         analyzer.observe(ev)
         if n % 256 == 0:
-            d, i = analyzer.advance(0)
+            d, i = analyzer.take()
             dets.update((x.detection_id, x) for x in d)
             incs.update((x.incident_id, x) for x in i)  # revisions replace, as in ClickHouse
-    d, i = analyzer.flush(0)
+    d, i = analyzer.flush()
     dets.update((x.detection_id, x) for x in d)
     incs.update((x.incident_id, x) for x in i)
     return dets, incs
@@ -90,12 +90,12 @@ def test_a_skewed_node_is_learnt_in_a_large_job() -> None:
     events, labels = simulate_with_faults(case.config, case.faults)
     skewed = labels[0].skewed_node
     assert skewed is not None and labels[0].skew_offset_ns == 5 * 10**9
-    analyzer = JobAnalyzer(case.config.cluster, case.config.job_id)
+    analyzer = JobAnalyzer(case.config.cluster, case.config.job_id, clock_ns=lambda: 0)
     for n, ev in enumerate(events, 1):
         analyzer.observe(ev)
         if n % 256 == 0:
-            analyzer.advance(0)
-    analyzer.flush(0)
+            analyzer.take()
+    analyzer.flush()
     assert abs(analyzer.clock.offset(skewed) - 5 * 10**9) < 50 * 10**6
     others = [n for n in analyzer.clock.offsets if n != skewed]
     assert others and all(abs(analyzer.clock.offset(n)) < 50 * 10**6 for n in others)

@@ -36,21 +36,21 @@ def test_bad_input_is_dead_lettered_and_neighbours_are_stored(
     del missing["payload"]["seq"]
     del missing["cluster"]
     bad = {
-        "not_json": (t.raw("gpu_sample"), b"GPU0 util=97% temp=71C \x00"),
+        "not_json": (t.raw, b"GPU0 util=97% temp=71C \x00"),
         "unknown_schema": (
-            t.raw("gpu_sample"),
+            t.raw,
             json.dumps({"schema": "gpu_sample/9", "kind": "gpu_sample", "x": 1}).encode(),
         ),
-        "invalid_event": (t.raw("heartbeat"), json.dumps(missing).encode()),
-        "too_large": (t.raw("span"), b"[" + b" " * (2 * 1024 * 1024) + b"]"),
-        "ts_out_of_range": (t.raw("span"), dump_event(span(3, NOW_NS - TEN_YEARS_NS))),
+        "invalid_event": (t.raw, json.dumps(missing).encode()),
+        "too_large": (t.raw, b"[" + b" " * (2 * 1024 * 1024) + b"]"),
+        "ts_out_of_range": (t.raw, dump_event(span(3, NOW_NS - TEN_YEARS_NS))),
     }
     # A bare producer, as a broken third-party collector would be: not the project's publisher.
     raw = Producer({"bootstrap.servers": cfg.bootstrap, "message.max.bytes": 4 * 1024 * 1024})
-    raw.produce(t.raw("span"), key=b"job-1", value=dump_events(before))
+    raw.produce(t.raw, key=b"job-1", value=dump_events(before))
     for topic, value in bad.values():
         raw.produce(topic, key=b"job-1", value=value)
-    raw.produce(t.raw("gpu_sample"), key=b"job-1", value=dump_events(after))
+    raw.produce(t.raw, key=b"job-1", value=dump_events(after))
     assert raw.flush(30) == 0
 
     with Pipeline(cfg) as pipeline:
@@ -71,7 +71,7 @@ def test_bad_input_is_dead_lettered_and_neighbours_are_stored(
     assert "exceeds the 1,048,576-byte limit" in by_code["too_large"][1]
     assert by_code["too_large"][3] == 2 * 1024 * 1024 + 2
     assert "days before the record time" in by_code["ts_out_of_range"][1]
-    assert by_code["ts_out_of_range"][2] == t.raw("span")
+    assert by_code["ts_out_of_range"][2] == t.raw
 
     assert _count(cfg, "spans") == len(before)
     assert _count(cfg, "gpu_samples") == len(after)

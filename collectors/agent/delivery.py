@@ -1,8 +1,8 @@
 """Spool -> Kafka: the delivery state machine and the agent's delivery thread that runs it.
 
 Delivery path (why nothing is lost): ``events -> spool (write-ahead) -> Kafka``. Events are
-grouped per (kind, partition key) into batches in the Kafka wire format (the same contract as
-:class:`~collectors.publisher.Publisher`: topic ``Topics(prefix).raw(kind)``, key
+grouped per partition key into batches in the Kafka wire format (the same contract as
+:class:`~collectors.publisher.Publisher`: topic ``Topics(prefix).raw``, key
 ``partition_key(job, node)``, value ``dump_events(batch)``, content-type header) and appended to
 the spool *before* any network I/O. The delivery thread reads the spool in sequence order,
 produces each batch with its own delivery callback, and acknowledges a batch in the spool only
@@ -119,11 +119,9 @@ class _Delivery:
                 if seq in self.done or seq in self.inflight:
                     self.sent_upto = seq
                     continue
-                kind, _, key = record.meta.partition(b"\n")
+                _, _, key = record.meta.partition(b"\n")  # "<kind>\n<key>", kind unused
                 try:
-                    self.transport.send(
-                        seq, self.topics.raw(kind.decode()), key, record.data, self._on_done
-                    )
+                    self.transport.send(seq, self.topics.raw, key, record.data, self._on_done)
                 except BufferError:
                     return  # local queue full: serve callbacks first
                 except PermanentSendError as exc:

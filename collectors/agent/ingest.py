@@ -1,4 +1,4 @@
-"""The write-ahead step: events are batched per (kind, partition key), serialised in the Kafka
+"""The write-ahead step: events are batched per partition key, serialised in the Kafka
 wire format and appended to the spool before any network I/O, so nothing sampled while Kafka is
 away is lost (a spool overflow is itself reported as an event)."""
 
@@ -69,7 +69,7 @@ class SpoolIngest:
         self.ingest([self.factory.make(AgentEventEvent, payload)])
 
     def ingest(self, events: Sequence[Event]) -> None:
-        """Serialise per (kind, key) batch and append to the spool: the write-ahead step."""
+        """Serialise per key batch and append to the spool: the write-ahead step."""
         if not events:
             return
         with self.lock:
@@ -111,12 +111,14 @@ class SpoolIngest:
                 self.spool.close()
 
     def _append(self, spool: Spool, events: Sequence[Event]) -> None:
-        for kind, key, batch in batch_events(events, self.config.kafka.max_batch_events):
+        for key, batch in batch_events(events, self.config.kafka.max_batch_events):
             data = dump_events(batch)
             try:
-                spool.append(data, len(batch), meta=kind.encode() + b"\n" + key)
+                # meta = "<kind>\n<key>"; the kind is empty since all kinds share one topic
+                # (spools written by older agents name one, and delivery ignores it)
+                spool.append(data, len(batch), meta=b"\n" + key)
             except (RecordTooLargeError, OSError) as exc:  # OSError: disk full, I/O error
                 self.lost += len(batch)
-                log.error("batch of %d %s event(s) not spooled: %s", len(batch), kind, exc)
+                log.error("batch of %d event(s) not spooled: %s", len(batch), exc)
                 continue
             self.spooled += len(batch)

@@ -2,13 +2,16 @@
 
 The stream worker keeps one :class:`JobAnalyzer` per job (a job's events share a partition) and
 feeds it every validated event. Everything is driven by the job's *event time* (the highest
-corrected timestamp seen), never the worker's clock, so replaying the topics reproduces the same
-detections and incidents.
+corrected timestamp seen), never the worker's clock, and the detectors run at points fixed by the
+event sequence itself (every ``step_events`` events or ``step_s`` of event time), not at the
+record or fetch boundaries the worker happened to read: the same partition gives the same
+detections and incidents, read live, behind, in bulk or replayed.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
@@ -38,6 +41,12 @@ class JobAnalyzer:
     recompute_every: int = 256
     #: node-silence checks wait until this many steps have aligned the clocks
     min_steps_for_clock: int = 5
+    #: run the detectors after this many events ...
+    step_events: int = 256
+    #: ... or once the newest event time moved this far (a small job still advances promptly)
+    step_s: float = 0.25
+    #: the findings' ``emitted`` stamp (metadata only: nothing is decided on it)
+    clock_ns: Callable[[], int] = time.time_ns
 
     def __post_init__(self) -> None:
         self._node_time: dict[str, int] = {}
@@ -49,12 +58,32 @@ class JobAnalyzer:
         self.clock = ClockOffsets()
         self.stragglers = StragglerDetector(self.cluster, self.job_id, self.config.stragglers)
         self.liveness = LivenessDetector(self.cluster, self.job_id, self.config.liveness)
-        self.rootcause = RootCauseAttributor(self.cluster, self.job_id, self.config.rootcause)
+        self.rootcause = RootCauseAttributor(
+            self.cluster, self.job_id, self.config.rootcause, clock_ns=self.clock_ns
+        )
+        self._step_ns = int(self.step_s * 1e9)
+        self._pushed = 0  # since the last step
+        self._stepped_lead = -(2**62)  # the newest event time at the last step
+        self._lead = -1
+        self._detections: list[Detection] = []
+        self._incidents: list[Incident] = []
 
     def observe(self, ev: Event) -> None:
-        """Buffer one event; detectors see events in event-time order (``reorder``)."""
-        for ready, ts in self.buffer.push(ev, self.clock.correct(ev.node, ev.ts)):
-            self._process(ready, ts)
+        """Buffer one event (detectors see events in event-time order, ``reorder``); run the
+        detectors when the event sequence reaches the next step point."""
+        ts = self.clock.correct(ev.node, ev.ts)
+        for ready, rts in self.buffer.push(ev, ts):
+            self._process(ready, rts)
+        self._pushed += 1
+        self._lead = max(self._lead, ts)
+        if self._pushed >= self.step_events or self._lead - self._stepped_lead >= self._step_ns:
+            self._step()
+
+    def take(self) -> tuple[list[Detection], list[Incident]]:
+        """The findings of the steps run since the last call (what the worker publishes)."""
+        out = self._detections, self._incidents
+        self._detections, self._incidents = [], []
+        return out
 
     def _process(self, ev: Event, ts: int) -> None:
         if ev.node not in self._node_time:
@@ -86,13 +115,15 @@ class JobAnalyzer:
         robust = times[min(len(times) - 1, (3 * len(times)) // 4)] if len(times) > 2 else times[0]
         self.event_time = max(self.event_time, robust)
 
-    def flush(self, emitted_ns: int | None = None) -> tuple[list[Detection], list[Incident]]:
-        """End of the stream (the job went quiet): attribute whatever is still settling."""
+    def flush(self) -> tuple[list[Detection], list[Incident]]:
+        """End of the stream (the job went quiet): attribute whatever is still settling; returns
+        everything not yet taken."""
         for ev, ts in self.buffer.drain():
             self._process(ev, ts)
-        detections, incidents = self.advance(emitted_ns)
+        self._step()
         more = self.rootcause.flush(self.event_time if self.event_time >= 0 else None)
-        return detections, incidents + self._with_offsets(more)
+        self._incidents.extend(self._with_offsets(more))
+        return self.take()
 
     def _with_offsets(self, incidents: list[Incident]) -> list[Incident]:
         if incidents and self.clock.offsets:
@@ -100,14 +131,16 @@ class JobAnalyzer:
             incidents = [i.model_copy(update={"clock_offsets_ns": offsets}) for i in incidents]
         return incidents
 
-    def advance(self, emitted_ns: int | None = None) -> tuple[list[Detection], list[Incident]]:
-        """Run the detectors up to the job's event time; returns what is new."""
-        now = time.time_ns() if emitted_ns is None else emitted_ns
+    def _step(self) -> None:
+        """Run the detectors up to the job's event time; what is new waits for :meth:`take`."""
+        self._pushed = 0
+        self._stepped_lead = self._lead
+        now = self.clock_ns()
         for ev, ts in self.buffer.release():
             self._process(ev, ts)
         if self._since_recompute and self.buffer.watermark - self._recomputed_at >= 50_000_000:
             self._recompute_event_time()  # O(nodes): once per 50 ms of progress, not per record
-        detections: list[Detection] = []
+        detections = self._detections
         for node, delta in self.steps.drain_late_offsets():
             self.clock.add_sample(node, delta)
         for stats in self.steps.finalize_ready():
@@ -124,5 +157,5 @@ class JobAnalyzer:
                     self.rootcause.note_hang(det.rank, det.node, det.onset_ts, None)
                 elif det.detection_type == "node_unresponsive":
                     self.rootcause.note_node_unresponsive(det.node, det.onset_ts)
-        incidents = self.rootcause.advance(self.event_time) if self.event_time >= 0 else []
-        return detections, self._with_offsets(incidents)
+        if self.event_time >= 0:
+            self._incidents.extend(self._with_offsets(self.rootcause.advance(self.event_time)))

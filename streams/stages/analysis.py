@@ -3,11 +3,17 @@ detections and incidents go to their topics and on to the recovery decider.
 
 It registers no agent of its own: the windows stage's events agent hands it each parsed event
 (so a record is parsed once) and the worker's timer flushes the jobs whose events stopped.
+
+A flush is the one decision not driven by the log (a job that died has no more event time to
+push its analysis forward), so it waits until the worker has read its partition to the end:
+a worker that is behind, replaying or restarting never flushes a job whose events it has not
+read yet, the way Kafka Streams only lets a task idle when the partition has nothing fetched.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from rankscope.schemas.derived import RecoveryInput
 from rankscope.schemas.events import Event
@@ -16,6 +22,8 @@ from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 
 ToDecider = Callable[[RecoveryInput, str], Awaitable[None]]
+#: the log end offset of a partition as the consumer last fetched it (None: not known yet)
+Highwater = Callable[[Any], int | None]
 
 
 class AnalysisStage:
@@ -27,6 +35,7 @@ class AnalysisStage:
         topics: StageTopics,
         counters: StageCounters,
         to_decider: ToDecider,
+        highwater: Highwater | None = None,
     ):
         self.config = config
         self.topics = topics
@@ -36,10 +45,28 @@ class AnalysisStage:
         self.analyzers: dict[str, JobAnalyzer] = {}
         self.analyzer_seen: dict[str, float] = {}  # job -> worker wall clock of its last event
         self.flushed: set[str] = set()
+        self.highwater = highwater
+        self.partition_of: dict[str, Any] = {}  # job -> the events partition it was read from
+        self.read_upto: dict[Any, int] = {}  # partition -> offset of the newest record read
 
-    def observe(self, ev: Event, now: float) -> None:
-        """One event of ``ev.job_id`` (non-empty; the stage is enabled), read at ``now``."""
+    def read(self, tp: Any, offset: int) -> None:
+        """The windows agent read the record at ``offset`` of ``tp``."""
+        self.read_upto[tp] = offset
+
+    def caught_up(self, job_id: str) -> bool:
+        """Whether everything on the job's partition up to its log end has been read."""
+        tp = self.partition_of.get(job_id)
+        if tp is None or self.highwater is None:
+            return True  # not read through a consumer (in-process use)
+        end = self.highwater(tp)
+        return end is not None and self.read_upto.get(tp, -1) + 1 >= end
+
+    def observe(self, ev: Event, now: float, tp: Any = None) -> None:
+        """One event of ``ev.job_id`` (non-empty; the stage is enabled), read at ``now`` from
+        partition ``tp``."""
         job_id = ev.job_id
+        if tp is not None:
+            self.partition_of[job_id] = tp
         analyzer = self.analyzers.get(job_id)
         if analyzer is None:
             analyzer = self.analyzers[job_id] = JobAnalyzer(
@@ -55,7 +82,7 @@ class AnalysisStage:
             await self.publish_findings(self.analyzers[jid])
 
     async def publish_findings(self, analyzer: JobAnalyzer, flush: bool = False) -> None:
-        detections, incidents = analyzer.flush() if flush else analyzer.advance()
+        detections, incidents = analyzer.flush() if flush else analyzer.take()
         for d in detections:
             self.counters.detections += 1
             await self.topics.detections.send(
@@ -78,10 +105,15 @@ class AnalysisStage:
             idle = now - seen
             # before the windows' idle close, so findings are on Kafka before the job's
             # records are fully acknowledged (what "drained" means to callers)
-            if idle >= config.windows.idle_close_s / 2 and jid not in self.flushed:
+            if (
+                idle >= config.windows.idle_close_s / 2
+                and jid not in self.flushed
+                and self.caught_up(jid)
+            ):
                 self.flushed.add(jid)
                 await self.publish_findings(self.analyzers[jid], flush=True)
-            if idle >= config.analysis_retention_s:
+            if idle >= config.analysis_retention_s and jid in self.flushed:
                 self.analyzers.pop(jid, None)
                 self.analyzer_seen.pop(jid, None)
+                self.partition_of.pop(jid, None)
                 self.flushed.discard(jid)

@@ -54,7 +54,6 @@ class StageTopics:
     def create(cls, app: faust.App, topics: Topics) -> StageTopics:
         raw = app.topic(
             *topics.all_raw,
-            topics.otlp_spans,
             key_type=bytes,
             value_type=bytes,
             value_serializer="raw",

@@ -88,6 +88,8 @@ class WindowsStage:
             async for event in cast(Any, stream).noack().events():
                 counters.window_records_in += 1
                 now = time.time()
+                tp = event.message.tp
+                analysis.read(tp, event.message.offset)
                 last_end = -1
                 job_id = ""
                 touched: set[str] = set()
@@ -98,7 +100,7 @@ class WindowsStage:
                     if note is not None:
                         progress.append(note)
                     if job_id and analysis.enabled:
-                        analysis.observe(ev, now)
+                        analysis.observe(ev, now, tp)
                         touched.add(job_id)
                     late = agg.add(ev, now)
                     if late is not None:
