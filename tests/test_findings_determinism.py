@@ -93,12 +93,13 @@ def stored(cfg: PipelineConfig) -> tuple[set[DetectionKey], set[IncidentKey]]:
     client = connect(cfg.clickhouse_url)
     db = cfg.database
     dets = client.query(
-        f"SELECT detection_id, detection_type, node, rank, onset_ts, detected_ts "
-        f"FROM {db}.detections FINAL"
+        f"SELECT detection_id, detection_type, node, rank, onset_ts_ns AS onset_ts, "
+        f"detected_ts_ns AS detected_ts FROM {db}.detections FINAL"
     ).named_results()
     incs = client.query(
-        f"SELECT incident_id, cause_class, node, rank, first_cause_ts, first_symptom_ts, "
-        f"attributed_ts FROM {db}.incidents FINAL"
+        f"SELECT incident_id, cause_class, node, rank, first_cause_ts_ns AS first_cause_ts, "
+        f"first_symptom_ts_ns AS first_symptom_ts, attributed_ts_ns AS attributed_ts "
+        f"FROM {db}.incidents FINAL"
     ).named_results()
     return {_det_key(d) for d in dets}, {_inc_key(i) for i in incs}
 
