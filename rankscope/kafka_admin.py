@@ -19,6 +19,11 @@ TOPIC_CONFIG = {
 }
 
 
+#: a partition's newest snapshot must outlive its quietest stretch; a week covers the analysis'
+#: own retention (an hour) with margin
+STATE_RETENTION_MS = 7 * 24 * 3600 * 1000
+
+
 def create_pipeline_topics(
     bootstrap: str, topics: Topics, partitions: int = 4, timeout_s: float = 30.0
 ) -> None:
@@ -27,8 +32,16 @@ def create_pipeline_topics(
     The recovery decider's topics get one partition (one decider sees the fleet, in order);
     the operators' commands are compacted, so the latest pause or resume is kept for good."""
     single = (topics.recovery_input, topics.recovery_control)
-    many = [t for t in topics.all if t not in single]
+    many = [t for t in topics.all if t not in (*single, topics.worker_state)]
     ensure_topics(bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s)
+    # one partition per events partition (a snapshot goes to its partition's number); only the
+    # newest snapshot is read, older ones age out
+    ensure_topics(
+        bootstrap,
+        {topics.worker_state: partitions},
+        config={**TOPIC_CONFIG, "retention.ms": str(STATE_RETENTION_MS)},
+        timeout_s=timeout_s,
+    )
     ensure_topics(bootstrap, {topics.recovery_input: 1}, config=TOPIC_CONFIG, timeout_s=timeout_s)
     ensure_topics(
         bootstrap,

@@ -13,7 +13,12 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rankscope.collectors.publisher import PublisherConfig
 from rankscope.schemas.topics import Topics
 from rankscope.sinks.kafka_sink import SinkConfig
-from rankscope.streams.config import RecoveryConfig, RedactionConfig, StreamsConfig
+from rankscope.streams.config import (
+    RecoveryConfig,
+    RedactionConfig,
+    StateConfig,
+    StreamsConfig,
+)
 
 
 class Settings(BaseSettings):
@@ -31,6 +36,12 @@ class Settings(BaseSettings):
     worker_session_timeout_s: float = 60.0
     #: bytes per partition per fetch for the stream worker (findings do not depend on it)
     worker_fetch_max_bytes: int = 256 * 1024
+    #: seconds between snapshots of the analysis state of a busy partition
+    worker_snapshot_interval_s: float = 15.0
+    #: seconds a job's events must have stopped before its analysis is flushed
+    worker_flush_idle_s: float = 5.0
+    #: the stream worker's scratch directory (None: <home>/faust); one per worker process
+    worker_data_dir: Path | None = None
 
     @property
     def topics(self) -> Topics:
@@ -44,13 +55,18 @@ class Settings(BaseSettings):
             bootstrap=bootstrap,
             topic_prefix=self.topic_prefix,
             app_id=f"{self.topic_prefix}-streams",
-            data_dir=self.home / "faust",
+            data_dir=self.worker_data_dir or self.home / "faust",
             redaction=RedactionConfig(
                 rules_path=self.redaction_rules, key_file=self.home / "redaction.key"
             ),
             recovery=RecoveryConfig(policy_path=self.recovery_policy),
+            state=StateConfig(
+                key_file=self.home / "state.key",
+                snapshot_interval_s=self.worker_snapshot_interval_s,
+            ),
             session_timeout_s=self.worker_session_timeout_s,
             fetch_max_bytes=self.worker_fetch_max_bytes,
+            analysis_flush_idle_s=self.worker_flush_idle_s,
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -71,6 +71,11 @@ class Topics:
         return f"{self.prefix}.redaction_audit"
 
     @property
+    def worker_state(self) -> str:
+        """Snapshots of the workers' analysis state, one partition per events partition."""
+        return f"{self.prefix}.worker_state"
+
+    @property
     def recovery(self) -> str:
         """Recovery decisions and their outcomes (RecoveryEvent), keyed by job."""
         return f"{self.prefix}.recovery"
@@ -99,6 +104,7 @@ class Topics:
             self.deadletter,
             self.quarantine,
             self.redaction_audit,
+            self.worker_state,
             self.recovery,
             self.recovery_input,
             self.recovery_control,

@@ -21,6 +21,7 @@ from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
+from rankscope.streams.stages.snapshots import SnapshotKeeper
 from rankscope.streams.stages.validate import ValidateStage, build_redaction
 from rankscope.streams.stages.windows import WindowsStage
 
@@ -76,7 +77,10 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     analysis = AnalysisStage(
         config, topics, counters, to_decider=recovery.to_decider, highwater=highwater
     )
-    windows = WindowsStage(config, topics, counters, analysis=analysis, recovery=recovery)
+    snapshots = SnapshotKeeper(config, topics, counters, analysis)
+    windows = WindowsStage(
+        config, topics, counters, analysis=analysis, recovery=recovery, snapshots=snapshots
+    )
 
     # Registered in this order: the validate agent, the decider's agent and its revoke
     # handler, the windows agent and the one-second timer.
@@ -92,6 +96,15 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         await recovery.tick(now)
         await windows.close_ready(now)
         await analysis.tick(now)
+        if await snapshots.tick(now):
+            windows.ack_settled()  # records the new snapshots include may be acknowledged
+
+    @app.on_partitions_revoked.connect
+    async def events_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """Partitions moved away: their analysis and windows belong to the next owner."""
+        revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
+        snapshots.revoke(revoked)
+        windows.revoke(revoked)
 
     return app, counters
 

@@ -73,6 +73,30 @@ class RecoveryConfig(BaseModel):
     )
 
 
+class StateConfig(BaseModel):
+    """Snapshots of the analysis state on ``<p>.worker_state`` (streams/state.py)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Off: the analysis is in memory only and restarts empty after a crash or a "
+        "rebalance (records are then acknowledged without waiting for a snapshot).",
+    )
+    snapshot_interval_s: float = Field(
+        default=15.0,
+        gt=0,
+        description="Seconds between snapshots of a partition that received records; a crash "
+        "re-reads at most about this much. A partition read to its end is snapshotted after "
+        "one quiet second.",
+    )
+    chunk_bytes: int = Field(default=512 * 1024, ge=1024, le=4 * 1024 * 1024)
+    key_file: Path | None = Field(
+        default=None,
+        description="File holding the key that signs snapshots (RANKSCOPE_STATE_KEY wins); "
+        "every worker of a deployment needs the same key.",
+    )
+    create_key: bool = Field(default=True, description="Create key_file when it is missing.")
+
+
 class StreamsConfig(BaseModel):
     bootstrap: str
     topic_prefix: str = DEFAULT_PREFIX
@@ -96,8 +120,17 @@ class StreamsConfig(BaseModel):
         "larger first batch, so an oversized record is not stuck. Findings do not depend on it.",
     )
     windows: WindowConfig = WindowConfig()
+    state: StateConfig = StateConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     analysis_enabled: bool = True
+    analysis_flush_idle_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="Seconds (processing time) a job's events must have stopped, with its "
+        "partition read to the end, before the analysis attributes what is still settling. "
+        "The one decision not taken on event time: a job that resumes after a longer pause "
+        "may be attributed differently than one read without the pause.",
+    )
     analysis_retention_s: float = Field(
         default=3600.0, gt=0, description="Forget a job's analysis state after this much quiet."
     )

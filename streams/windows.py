@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rankscope.schemas.derived import LateEvent, RankWindow
 from rankscope.schemas.events import Event, GpuSampleEvent, SpanEvent
@@ -190,6 +191,24 @@ class WindowAggregator:
         if boundary != math.inf:
             b = int(boundary)
             job.closed_until = max(job.closed_until, b - b % self.size_ns)
+
+    def export(self, job_ids: Iterable[str]) -> dict[str, Any]:
+        """The open windows and stream time of some jobs (what a snapshot holds)."""
+        return {j: self._jobs[j] for j in job_ids if j in self._jobs}
+
+    def install(self, jobs: dict[str, Any], wall_s: float) -> None:
+        """Take over jobs from a snapshot; their processing-time clocks restart at ``wall_s``
+        (the worker that wrote it had another clock, and time passed since)."""
+        for job_id, job in jobs.items():
+            job.first_seen_wall = min(job.first_seen_wall, wall_s)
+            job.last_seen_wall = wall_s
+            for channel in job.channels.values():
+                channel.last_seen_wall = wall_s
+            self._jobs[job_id] = job
+
+    def forget(self, job_id: str) -> None:
+        """Drop a job's open windows and stream time (its partition moved to another worker)."""
+        self._jobs.pop(job_id, None)
 
     def open_windows(self) -> int:
         return sum(len(r) for j in self._jobs.values() for r in j.open.values())

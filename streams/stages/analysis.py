@@ -20,6 +20,7 @@ from rankscope.schemas.events import Event
 from rankscope.streams.analysis.job import JobAnalyzer
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters, StageTopics
+from rankscope.streams.state import PartitionState
 
 ToDecider = Callable[[RecoveryInput, str], Awaitable[None]]
 #: the log end offset of a partition as the consumer last fetched it (None: not known yet)
@@ -56,10 +57,48 @@ class AnalysisStage:
     def caught_up(self, job_id: str) -> bool:
         """Whether everything on the job's partition up to its log end has been read."""
         tp = self.partition_of.get(job_id)
-        if tp is None or self.highwater is None:
+        return tp is None or self.partition_caught_up(tp)
+
+    def partition_caught_up(self, tp: Any) -> bool:
+        if self.highwater is None:
             return True  # not read through a consumer (in-process use)
         end = self.highwater(tp)
         return end is not None and self.read_upto.get(tp, -1) + 1 >= end
+
+    # -- one partition's state: what a snapshot holds ---------------------------------------
+    def jobs_of(self, tp: Any) -> list[str]:
+        return [j for j, t in self.partition_of.items() if t == tp]
+
+    def export(self, tp: Any) -> PartitionState:
+        """The analysis of the jobs read from ``tp``, up to the newest record read."""
+        jobs = self.jobs_of(tp)
+        return PartitionState(
+            partition=tp.partition,
+            offset=self.read_upto.get(tp, -1),
+            analyzers={j: self.analyzers[j] for j in jobs if j in self.analyzers},
+            flushed={j for j in jobs if j in self.flushed},
+        )
+
+    def install(self, tp: Any, state: PartitionState, now: float) -> None:
+        """Take over a partition's analysis from its snapshot (after a restart or rebalance)."""
+        for job_id, analyzer in state.analyzers.items():
+            self.analyzers[job_id] = analyzer
+            self.partition_of[job_id] = tp
+            self.analyzer_seen[job_id] = now
+            if job_id in state.flushed:
+                self.flushed.add(job_id)
+        self.read_upto[tp] = state.offset
+
+    def drop(self, tp: Any) -> list[str]:
+        """Forget a partition this worker no longer holds; returns its jobs."""
+        jobs = self.jobs_of(tp)
+        for job_id in jobs:
+            self.analyzers.pop(job_id, None)
+            self.analyzer_seen.pop(job_id, None)
+            self.partition_of.pop(job_id, None)
+            self.flushed.discard(job_id)
+        self.read_upto.pop(tp, None)
+        return jobs
 
     def observe(self, ev: Event, now: float, tp: Any = None) -> None:
         """One event of ``ev.job_id`` (non-empty; the stage is enabled), read at ``now`` from
@@ -106,7 +145,7 @@ class AnalysisStage:
             # before the windows' idle close, so findings are on Kafka before the job's
             # records are fully acknowledged (what "drained" means to callers)
             if (
-                idle >= config.windows.idle_close_s / 2
+                idle >= config.analysis_flush_idle_s
                 and jid not in self.flushed
                 and self.caught_up(jid)
             ):

@@ -30,6 +30,8 @@ class StageCounters:
     recovery_events: int = 0
     values_redacted: int = 0
     events_quarantined: int = 0
+    snapshots: int = 0
+    snapshots_restored: int = 0
     started_wall: float = field(default_factory=time.time)
 
 
@@ -49,6 +51,7 @@ class StageTopics:
     recovery_input: faust.TopicT
     detections: faust.TopicT
     incidents: faust.TopicT
+    state: faust.TopicT
 
     @classmethod
     def create(cls, app: faust.App, topics: Topics) -> StageTopics:
@@ -71,4 +74,7 @@ class StageTopics:
             recovery_input=app.topic(topics.recovery_input, value_serializer="raw"),
             detections=app.topic(topics.detections, value_serializer="raw"),
             incidents=app.topic(topics.incidents, value_serializer="raw"),
+            state=app.topic(
+                topics.worker_state, key_type=bytes, value_type=bytes, value_serializer="raw"
+            ),
         )

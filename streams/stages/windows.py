@@ -1,10 +1,12 @@
 """The windows stage: the events agent (event-time rank windows, late events, manual acks).
 
-Acks are manual: a record is acknowledged once every window it contributed to has been emitted,
-so a crash re-reads the records of open windows and recomputes them. The events agent parses a
-record once and hands each event to the recovery host's progress notes and to the analysis
-stage before the aggregator. The worker's one-second timer (``rankscope.streams.app``) calls
-``close_ready`` between the decider host's tick and the analysis' flush.
+Acks are manual: a record is acknowledged once every window it contributed to has been emitted
+and a snapshot of the analysis includes it (``stages/snapshots.py``), so a crash re-reads the
+records of open windows and recomputes them, and the analysis resumes from its snapshot. The
+events agent parses a record once and hands each event to the recovery host's progress notes
+and to the analysis stage before the aggregator. The worker's one-second timer
+(``rankscope.streams.app``) calls ``close_ready`` between the decider host's tick and the
+analysis' flush.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
+from rankscope.streams.stages.snapshots import SnapshotKeeper
 from rankscope.streams.windows import WindowAggregator, corrected_ts
 
 
@@ -35,15 +38,39 @@ class WindowsStage:
         counters: StageCounters,
         analysis: AnalysisStage,
         recovery: DeciderHost,
+        snapshots: SnapshotKeeper,
     ):
+        snapshots.windows = self
         self.config = config
         self.topics = topics
         self.counters = counters
         self.analysis = analysis
         self.recovery = recovery
+        self.snapshots = snapshots
         self.agg = WindowAggregator(config.windows)
-        # (job_id, last window end the record touched, faust event) in arrival order
-        self.pending: deque[tuple[str, int, Any]] = deque()
+        # (job_id, last window end the record touched or -1, faust event, partition, offset),
+        # in arrival order
+        self.pending: deque[tuple[str, int, Any, Any, int]] = deque()
+        self.partition_of: dict[str, Any] = {}  # job -> events partition (for a revocation)
+
+    def export(self, tp: Any) -> dict[str, Any]:
+        """The open windows of the jobs read from ``tp`` (for its snapshot)."""
+        return self.agg.export(j for j, t in self.partition_of.items() if t == tp)
+
+    def install(self, tp: Any, jobs: dict[str, Any], now: float) -> None:
+        self.agg.install(jobs, now)
+        for job_id in jobs:
+            self.partition_of[job_id] = tp
+
+    def revoke(self, partitions: set[Any]) -> None:
+        """Forget the windows and held records of partitions this worker gave up: the next
+        owner re-reads the records of open windows (they were never acknowledged)."""
+        gone = {j for j, tp in self.partition_of.items() if tp in partitions}
+        for job_id in gone:
+            self.agg.forget(job_id)
+            del self.partition_of[job_id]
+        self.pending = deque(p for p in self.pending if p[3] not in partitions)
+        self.counters.pending_acks = len(self.pending)
 
     async def emit(self, windows: list[RankWindow]) -> None:
         for w in windows:
@@ -56,13 +83,18 @@ class WindowsStage:
         """Ack records whose windows have all been emitted (pending is scanned, not popped
         in order, because several jobs interleave on one partition)."""
         pending = self.pending
-        keep: deque[tuple[str, int, Any]] = deque()
+        keep: deque[tuple[str, int, Any, Any, int]] = deque()
+        durable = self.snapshots.is_durable
+        closed_until = self.agg.closed_until
         while pending:
-            job_id, last_end, ev = pending.popleft()
-            if last_end <= self.agg.closed_until(job_id):
+            job_id, last_end, ev, tp, offset = item = pending.popleft()
+            # its windows are emitted (what "drained" means to callers), and a snapshot holds
+            # the analysis it fed
+            settled = last_end < 0 or last_end <= closed_until(job_id)
+            if settled and durable(tp, offset):
                 ev.ack()
             else:
-                keep.append((job_id, last_end, ev))
+                keep.append(item)
         pending.extend(keep)
         self.counters.pending_acks = len(pending)
 
@@ -80,6 +112,8 @@ class WindowsStage:
         agg = self.agg
         analysis = self.analysis
         recovery = self.recovery
+        snapshots = self.snapshots
+        agg_jobs = self.partition_of
         size_ns = agg.size_ns
 
         @app.agent(topics.events, name=f"{self.config.app_id}.windows")
@@ -89,7 +123,11 @@ class WindowsStage:
                 counters.window_records_in += 1
                 now = time.time()
                 tp = event.message.tp
-                analysis.read(tp, event.message.offset)
+                offset = event.message.offset
+                if await snapshots.begin(tp, offset, now):
+                    snapshots.end()  # a restored snapshot already includes this record
+                    event.ack()
+                    continue
                 last_end = -1
                 job_id = ""
                 touched: set[str] = set()
@@ -111,10 +149,14 @@ class WindowsStage:
                     elif ev.rank is not None:
                         t = corrected_ts(ev)
                         last_end = max(last_end, t - t % size_ns + size_ns)
-                if last_end < 0:
-                    event.ack()
+                if job_id:
+                    agg_jobs[job_id] = tp
+                if last_end < 0 and snapshots.is_durable(tp, offset):
+                    event.ack()  # no window, and nothing to wait for (snapshots off)
                 else:
-                    self.pending.append((job_id, last_end, event))
+                    self.pending.append((job_id, last_end, event, tp, offset))
+                analysis.read(tp, offset)
+                snapshots.end()
                 await self.close_ready(now)
                 await analysis.publish(touched)
                 await recovery.send_progress(progress)
