@@ -42,6 +42,8 @@ class DemoOptions:
     drain_timeout_s: float = 300.0
     #: a fault-catalogue scenario to inject (rankscope.simulation.faults.SCENARIOS), or "none"
     fault: str = "gpu_fell_off_bus"
+    #: stream worker processes
+    workers: int = 1
 
 
 #: Records a buggy collector might send; the validate stage must dead-letter each with a reason.
@@ -121,7 +123,7 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
         console.print(f"[bold]kafka[/] {bootstrap}   [bold]clickhouse[/] {stack.clickhouse_url}")
         events, labels = _events(sim, opts)
         events += _leaky_events(events)
-        with stack.pipeline() as pipeline:
+        with stack.pipeline(opts.workers) as pipeline:
             produced = _publish(settings, bootstrap, sim, opts, console, events)
             bad = _inject_bad(settings, bootstrap, job_id) if opts.inject_bad_records else 0
             _wait(pipeline, opts, console)

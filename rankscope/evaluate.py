@@ -345,6 +345,7 @@ def run_eval(
     drain_timeout_s: float = 1800.0,
     speed: float = 0.0,
     variants: Iterable[str] = (),
+    workers: int = 1,
 ) -> EvalReport:
     """Simulate, publish, process, store, score."""
     from rich.table import Table
@@ -373,7 +374,7 @@ def run_eval(
     with local_stack(settings, console.print, env=env) as stack:
         client = stack.client
         with (
-            stack.pipeline() as pipeline,
+            stack.pipeline(workers) as pipeline,
             console.status(f"simulating and publishing {len(cases)} runs") as st,
         ):
             st.update("waiting for the stream worker to join its group")

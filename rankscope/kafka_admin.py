@@ -124,8 +124,9 @@ def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float 
 _GROUP_ADMINS: dict[str, AdminClient] = {}
 
 
-def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
-    """True once ``group_id`` has members and has finished rebalancing (partitions assigned)."""
+def group_stable(bootstrap: str, group_id: str, members: int = 1, timeout_s: float = 5.0) -> bool:
+    """True once ``group_id`` has at least ``members`` members and has finished rebalancing
+    (partitions assigned)."""
     # One long-lived client per cluster: a fresh client's describe timed out every time here
     # (it was still finding the group coordinator), so `rankscope eval` never saw the worker.
     admin = _GROUP_ADMINS.get(bootstrap)
@@ -136,7 +137,7 @@ def group_stable(bootstrap: str, group_id: str, timeout_s: float = 5.0) -> bool:
         desc = future.result(timeout=timeout_s)
     except (KafkaException, TimeoutError):  # a busy broker: not known to be stable yet
         return False
-    return bool(desc.state == ConsumerGroupState.STABLE and desc.members)
+    return bool(desc.state == ConsumerGroupState.STABLE and len(desc.members) >= max(1, members))
 
 
 def read_topic(bootstrap: str, topic: str) -> list[bytes]:

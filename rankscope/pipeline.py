@@ -26,8 +26,10 @@ class StageProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    killed: bool = False  # stopped on purpose with kill() (a crash a test made)
 
     def start(self) -> None:
+        self.killed = False
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
@@ -45,6 +47,7 @@ class StageProcess:
 
     def kill(self) -> None:
         """SIGKILL: what a crash looks like (no flush, no commit, no goodbye)."""
+        self.killed = True
         if self.proc is not None and self.alive:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=30)
@@ -76,6 +79,8 @@ class PipelineConfig:
     database: str
     home: Path
     sink_max_batch_rows: int = 50_000
+    #: stream worker processes in the one consumer group (they share the partitions)
+    workers: int = 1
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
 
@@ -107,9 +112,17 @@ class Pipeline:
         self.config = config
         logs = config.home / "logs"
         cli = [sys.executable, "-m", "rankscope"]
-        self.worker = StageProcess(
-            "worker", [*cli, "worker", *config.common_args()], logs / "worker.log", config.env
-        )
+        # worker 1 logs to worker.log; more workers (one consumer group) to worker-N.log, each
+        # with its own scratch directory
+        self.workers = [
+            StageProcess(
+                "worker" if i == 1 else f"worker-{i}",
+                [*cli, "worker", *config.common_args()],
+                logs / ("worker.log" if i == 1 else f"worker-{i}.log"),
+                {**config.env, "RANKSCOPE_WORKER_DATA_DIR": str(config.home / f"faust-{i}")},
+            )
+            for i in range(1, config.workers + 1)
+        ]
         self.sink = StageProcess(
             "sink",
             [
@@ -130,15 +143,36 @@ class Pipeline:
             "actuators", [*cli, "recovery", "run", *config.common_args()], logs / "actuators.log"
         )
 
+    @property
+    def worker(self) -> StageProcess:
+        """The first stream worker (the only one unless ``workers`` > 1)."""
+        return self.workers[0]
+
+    def add_worker(self) -> StageProcess:
+        """Start one more stream worker in the group (a scale-out, or a replacement)."""
+        i = len(self.workers) + 1
+        first = self.workers[0]
+        worker = StageProcess(
+            f"worker-{i}",
+            first.argv,
+            first.log_path.with_name(f"worker-{i}.log"),
+            {**first.env, "RANKSCOPE_WORKER_DATA_DIR": str(self.config.home / f"faust-{i}")},
+        )
+        self.workers.append(worker)
+        worker.start()
+        return worker
+
     def start(self) -> None:
-        self.worker.start()
+        for worker in self.workers:
+            worker.start()
         self.sink.start()
         self.actuators.start()
 
     def stop(self) -> None:
         self.actuators.stop()
         self.sink.stop()
-        self.worker.stop()
+        for worker in self.workers:
+            worker.stop()
 
     def __enter__(self) -> Pipeline:
         self.start()
@@ -179,9 +213,13 @@ class Pipeline:
         measures detection latency starts from a caught-up worker, as a live deployment does.
         """
         deadline = time.monotonic() + timeout_s
-        while not group_stable(self.config.bootstrap, self.config.streams_group):
-            if not self.worker.alive:
-                raise RuntimeError(f"the worker process exited; log:\n{self.worker.log_tail()}")
+        live = [w for w in self.workers if w.proc is not None and not w.killed]
+        while not group_stable(self.config.bootstrap, self.config.streams_group, len(live)):
+            for worker in live:
+                if not worker.alive:
+                    raise RuntimeError(
+                        f"the {worker.name} process exited; log:\n{worker.log_tail()}"
+                    )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the worker did not join its group in {timeout_s}s")
             time.sleep(0.5)
@@ -198,7 +236,8 @@ class Pipeline:
         deadline = time.monotonic() + timeout_s
         zeros = 0
         while True:
-            for stage in (self.worker, self.sink, self.actuators):
+            running = [w for w in self.workers if not w.killed]
+            for stage in (*running, self.sink, self.actuators):
                 if not stage.alive:
                     raise RuntimeError(
                         f"the {stage.name} process exited ({stage.proc and stage.proc.returncode})"

@@ -31,8 +31,8 @@ class Stack:
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
 
-    def pipeline(self) -> Pipeline:
-        """The stream worker, sink and actuator processes on this stack (a context manager)."""
+    def pipeline(self, workers: int = 1) -> Pipeline:
+        """The stream workers, sink and actuator processes on this stack (a context manager)."""
         return Pipeline(
             PipelineConfig(
                 bootstrap=self.bootstrap,
@@ -41,6 +41,7 @@ class Stack:
                 database=self.settings.database,
                 home=self.settings.home,
                 env=dict(self.env),
+                workers=workers,
             )
         )
 

@@ -16,6 +16,7 @@ from rankscope.cli.options import (
     HomeOpt,
     PrefixOpt,
     RequiredBootstrapOpt,
+    WorkersOpt,
     console,
     err,
     make_settings,
@@ -45,6 +46,7 @@ def demo(
             "config_drift, noise, or none."
         ),
     ] = "gpu_fell_off_bus",
+    workers: WorkersOpt = 1,
 ) -> None:
     """Simulate a multi-rank job with an injected fault through the whole pipeline, then print
     what was stored, what was detected, and the incident report."""
@@ -61,6 +63,7 @@ def demo(
         speed=speed,
         keep_services=keep_services,
         fault=fault,
+        workers=workers,
     )
     settings = make_settings(home, bootstrap, clickhouse_url, prefix, database)
     code = run_demo(settings, opts, console)

@@ -16,6 +16,7 @@ from rankscope.cli.options import (
     DatabaseOpt,
     HomeOpt,
     PrefixOpt,
+    WorkersOpt,
     console,
     make_settings,
 )
@@ -49,6 +50,7 @@ def eval_command(
     clickhouse_url: ClickHouseOpt = None,
     prefix: PrefixOpt = "rankscope-eval",
     database: DatabaseOpt = "rankscope_eval",
+    workers: WorkersOpt = 1,
 ) -> None:
     """Run the labelled fault suite through the real pipeline and score it against truth."""
     from rankscope.evaluate import run_eval
@@ -64,6 +66,7 @@ def eval_command(
         console,
         speed=speed,
         variants=scenario or (),
+        workers=workers,
     )
     totals = report.totals()
     raise typer.Exit(0 if totals["faulted_runs"] else 1)

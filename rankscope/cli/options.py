@@ -105,3 +105,13 @@ def pairs(items: list[str] | None, form: str, option: str) -> dict[str, str]:
             raise typer.BadParameter(f"{item!r}: use {form}", param_hint=option)
         out[key] = value
     return out
+
+
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Stream worker processes in one consumer group (they share the partitions; "
+        "findings do not depend on how many).",
+    ),
+]
