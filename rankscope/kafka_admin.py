@@ -104,6 +104,37 @@ def _group_lag_once(bootstrap: str, group_id: str, topic_names: list[str], timeo
         probe.close()
 
 
+def end_offsets(
+    bootstrap: str, topic_names: list[str], timeout_s: float = 10
+) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> the offset the next record will get, for every partition now."""
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-ends"})
+    try:
+        md = probe.list_topics(timeout=timeout_s)
+        return {
+            (t, p): probe.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)[1]
+            for t in topic_names
+            if t in md.topics
+            for p in md.topics[t].partitions
+        }
+    finally:
+        probe.close()
+
+
+def committed_offsets(
+    bootstrap: str, group_id: str, partitions: list[tuple[str, int]], timeout_s: float = 10
+) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> ``group_id``'s committed offset (-1: none yet)."""
+    probe = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
+    )  # never subscribes: it reads the group's offsets without joining it
+    try:
+        found = probe.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+        return {(tp.topic, tp.partition): tp.offset for tp in found}
+    finally:
+        probe.close()
+
+
 def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float = 10) -> int:
     """Records currently in ``topic_names`` (high minus low watermark over partitions)."""
     probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-count"})

@@ -83,10 +83,12 @@ class PipelineConfig:
     workers: int = 1
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
+    #: run the recovery actuator (a replay does not: it must not act on the past)
+    actuators: bool = True
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.topic_prefix)
+        return Topics(self.topic_prefix, self.env.get("RANKSCOPE_RAW_TOPIC_PREFIX"))
 
     @property
     def streams_group(self) -> str:
@@ -166,10 +168,12 @@ class Pipeline:
         for worker in self.workers:
             worker.start()
         self.sink.start()
-        self.actuators.start()
+        if self.config.actuators:
+            self.actuators.start()
 
     def stop(self) -> None:
-        self.actuators.stop()
+        if self.config.actuators:
+            self.actuators.stop()
         self.sink.stop()
         for worker in self.workers:
             worker.stop()
@@ -200,8 +204,10 @@ class Pipeline:
                 t.recovery,
             ],
         )
-        actuators = group_lag(
-            self.config.bootstrap, f"{self.config.topic_prefix}-actuators", [t.recovery]
+        actuators = (
+            group_lag(self.config.bootstrap, f"{self.config.topic_prefix}-actuators", [t.recovery])
+            if self.config.actuators
+            else 0
         )
         return worker, sink + actuators
 
@@ -237,7 +243,8 @@ class Pipeline:
         zeros = 0
         while True:
             running = [w for w in self.workers if not w.killed]
-            for stage in (*running, self.sink, self.actuators):
+            others = (self.sink, self.actuators) if self.config.actuators else (self.sink,)
+            for stage in (*running, *others):
                 if not stage.alive:
                     raise RuntimeError(
                         f"the {stage.name} process exited ({stage.proc and stage.proc.returncode})"

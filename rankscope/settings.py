@@ -29,9 +29,13 @@ class Settings(BaseSettings):
     clickhouse_url: str | None = None  # None: use (or start) the local chDB engine
     database: str = "rankscope"
     topic_prefix: str = "rankscope"
+    #: the raw topics' prefix when it is not topic_prefix (``rankscope replay`` sets it)
+    raw_topic_prefix: str | None = None
     partitions: int = 4
     redaction_rules: Path | None = None  # None: the packaged default rules
     recovery_policy: Path | None = None  # None: the packaged recovery policy
+    #: off: the worker decides no recovery action (a replay must not act on the past)
+    recovery_enabled: bool = True
     #: how long a silent stream worker keeps its partitions before the group moves them
     worker_session_timeout_s: float = 60.0
     #: bytes per partition per fetch for the stream worker (findings do not depend on it)
@@ -45,7 +49,7 @@ class Settings(BaseSettings):
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.topic_prefix)
+        return Topics(self.topic_prefix, self.raw_topic_prefix)
 
     def publisher(self, bootstrap: str) -> PublisherConfig:
         return PublisherConfig(bootstrap=bootstrap, topic_prefix=self.topic_prefix)
@@ -59,7 +63,9 @@ class Settings(BaseSettings):
             redaction=RedactionConfig(
                 rules_path=self.redaction_rules, key_file=self.home / "redaction.key"
             ),
-            recovery=RecoveryConfig(policy_path=self.recovery_policy),
+            recovery=RecoveryConfig(
+                enabled=self.recovery_enabled, policy_path=self.recovery_policy
+            ),
             state=StateConfig(
                 key_file=self.home / "state.key",
                 snapshot_interval_s=self.worker_snapshot_interval_s,
@@ -67,6 +73,7 @@ class Settings(BaseSettings):
             session_timeout_s=self.worker_session_timeout_s,
             fetch_max_bytes=self.worker_fetch_max_bytes,
             analysis_flush_idle_s=self.worker_flush_idle_s,
+            raw_topic_prefix=self.raw_topic_prefix,
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

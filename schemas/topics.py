@@ -14,6 +14,9 @@ DEFAULT_PREFIX = "rankscope"
 @dataclass(frozen=True)
 class Topics:
     prefix: str = DEFAULT_PREFIX
+    #: where the raw topics live when it is not ``prefix``: a replay reads the raw topics of a
+    #: deployment and writes its derived topics under a prefix of its own
+    raw_prefix: str | None = None
 
     @property
     def raw(self) -> str:
@@ -23,7 +26,7 @@ class Topics:
         agents emitted them: the analysis is then a function of the log, whatever the lag or
         read pattern of the worker (docs/decisions.md, "One raw topic").
         """
-        return f"{self.prefix}.raw.events"
+        return f"{self.raw_prefix or self.prefix}.raw.events"
 
     @property
     def all_raw(self) -> list[str]:
@@ -33,7 +36,7 @@ class Topics:
     @property
     def otlp_spans(self) -> str:
         """OTLP protobuf traces, as an OpenTelemetry Collector's Kafka exporter writes them."""
-        return f"{self.prefix}.raw.otlp_spans"
+        return f"{self.raw_prefix or self.prefix}.raw.otlp_spans"
 
     @property
     def events(self) -> str:

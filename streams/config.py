@@ -135,7 +135,9 @@ class StreamsConfig(BaseModel):
         default=3600.0, gt=0, description="Forget a job's analysis state after this much quiet."
     )
     log_level: str = "warn"
+    #: read the raw topics of this prefix instead of ``topic_prefix``'s (a replay)
+    raw_topic_prefix: str | None = None
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.topic_prefix)
+        return Topics(self.topic_prefix, self.raw_topic_prefix)

@@ -18,6 +18,7 @@ from rankscope.cli import (
     incidents,
     recovery,
     redaction,
+    replay,
     schemas,
     services,
     stages,
@@ -40,6 +41,7 @@ app.command()(demo.demo)
 app.command()(demo.simulate)
 app.command("eval")(evaluation.eval_command)
 app.command()(incidents.incidents)
+app.command()(replay.replay)
 app.command("schemas-export")(schemas.schemas_export)
 app.command("agent")(agent.agent)
 
