@@ -113,6 +113,14 @@ def expected() -> tuple[set[DetectionKey], set[IncidentKey]]:
     causes = {i[1] for i in incs}
     # the comparison is about real findings: each fault found, once, and nothing on noise
     assert {"gpu_xid", "ib_link"} <= causes, incs
+    # the demo's job (a GPU falls off the bus): one incident naming the labelled GPU's node and
+    # rank, and no finding about anything else
+    demo = CASES[0]
+    _, (label,) = simulate_with_faults(demo.config, demo.faults)
+    demo_incs = [i for i in incs if f"/{demo.config.job_id}/" in i[0]]
+    assert [(i[1], i[2], i[3]) for i in demo_incs] == [("gpu_xid", label.node, label.rank)]
+    demo_dets = [d for d in dets if d[0].startswith(f"{demo.config.job_id}/")]
+    assert all((d[2], d[3]) == (label.node, label.rank) for d in demo_dets), demo_dets
     assert any(d[1] == "straggler" for d in dets), dets
     assert not [d for d in dets if d[0].startswith("noise-")], dets
     return dets, incs

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from typing import Any, Protocol
 
@@ -93,6 +94,10 @@ class SnapshotKeeper:
     def is_durable(self, tp: Any, offset: int) -> bool:
         """May the record at ``offset`` of ``tp`` be acknowledged (a snapshot includes it)?"""
         return not self.enabled or offset <= self.durable.get(tp, -1)
+
+    def durable_upto(self, tp: Any) -> float:
+        """The newest offset of ``tp`` a snapshot includes (everything, with snapshots off)."""
+        return self.durable.get(tp, -1) if self.enabled else math.inf
 
     # -- the timer's side -----------------------------------------------------------------
     async def tick(self, now: float) -> bool:

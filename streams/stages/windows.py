@@ -26,6 +26,10 @@ from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
 from rankscope.streams.windows import WindowAggregator, corrected_ts
 
+#: a record held unacknowledged: (job id, end of the last window it touched or -1, faust event,
+#: offset)
+Held = tuple[str, int, Any, int]
+
 
 class WindowsStage:
     """Owns the window aggregator and the records held unacknowledged; registers the
@@ -48,9 +52,9 @@ class WindowsStage:
         self.recovery = recovery
         self.snapshots = snapshots
         self.agg = WindowAggregator(config.windows)
-        # (job_id, last window end the record touched or -1, faust event, partition, offset),
-        # in arrival order
-        self.pending: deque[tuple[str, int, Any, Any, int]] = deque()
+        # partition -> (job_id, last window end the record touched or -1, faust event, offset)
+        # of the records not yet acknowledged, in offset order
+        self.pending: dict[Any, deque[Held]] = {}
         self.partition_of: dict[str, Any] = {}  # job -> events partition (for a revocation)
 
     def export(self, tp: Any) -> dict[str, Any]:
@@ -69,8 +73,9 @@ class WindowsStage:
         for job_id in gone:
             self.agg.forget(job_id)
             del self.partition_of[job_id]
-        self.pending = deque(p for p in self.pending if p[3] not in partitions)
-        self.counters.pending_acks = len(self.pending)
+        for tp in partitions:
+            self.pending.pop(tp, None)
+        self.counters.pending_acks = sum(len(held) for held in self.pending.values())
 
     async def emit(self, windows: list[RankWindow]) -> None:
         for w in windows:
@@ -80,23 +85,24 @@ class WindowsStage:
             )
 
     def ack_settled(self) -> None:
-        """Ack records whose windows have all been emitted (pending is scanned, not popped
-        in order, because several jobs interleave on one partition)."""
-        pending = self.pending
-        keep: deque[tuple[str, int, Any, Any, int]] = deque()
-        durable = self.snapshots.is_durable
+        """Ack the records whose windows have all been emitted (what "drained" means to
+        callers) and that a snapshot includes. Per partition, records past the newest snapshot
+        wait in order; before it, each is checked (several jobs interleave on a partition)."""
         closed_until = self.agg.closed_until
-        while pending:
-            job_id, last_end, ev, tp, offset = item = pending.popleft()
-            # its windows are emitted (what "drained" means to callers), and a snapshot holds
-            # the analysis it fed
-            settled = last_end < 0 or last_end <= closed_until(job_id)
-            if settled and durable(tp, offset):
-                ev.ack()
-            else:
-                keep.append(item)
-        pending.extend(keep)
-        self.counters.pending_acks = len(pending)
+        held_count = 0
+        for tp, held in self.pending.items():
+            upto = self.snapshots.durable_upto(tp)
+            keep: list[Held] = []
+            while held and held[0][3] <= upto:
+                item = held.popleft()
+                job_id, last_end, ev, _ = item
+                if last_end < 0 or last_end <= closed_until(job_id):
+                    ev.ack()
+                else:
+                    keep.append(item)
+            held.extendleft(reversed(keep))
+            held_count += len(held)
+        self.counters.pending_acks = held_count
 
     async def close_ready(self, now: float) -> None:
         """Emit the windows the watermark (or idleness at ``now``) has closed, then ack the
@@ -154,7 +160,10 @@ class WindowsStage:
                 if last_end < 0 and snapshots.is_durable(tp, offset):
                     event.ack()  # no window, and nothing to wait for (snapshots off)
                 else:
-                    self.pending.append((job_id, last_end, event, tp, offset))
+                    held = self.pending.get(tp)
+                    if held is None:
+                        held = self.pending[tp] = deque()
+                    held.append((job_id, last_end, event, offset))
                 analysis.read(tp, offset)
                 snapshots.end()
                 await self.close_ready(now)
