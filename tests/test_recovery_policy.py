@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from time import time_ns as now_ns
 
 import pytest
 
@@ -333,3 +334,20 @@ def test_a_rebuilt_decider_decides_what_an_uninterrupted_one_would() -> None:
     assert fresh.feed(later)[0].attempt == 1  # what a decider without its history would do
     findings_s, progress_s = replay_horizon_s(policy)
     assert findings_s >= policy.breaker.reset_s and progress_s >= 600
+
+
+def test_one_jobs_findings_do_not_run_out_another_jobs_deadline() -> None:
+    """The input mixes the fleet's jobs in the order workers emitted them (issue 13): a job
+    read later whose events are an hour ahead must not fail another job's recovery; that job's
+    own clock (its event time, moved on by the wall clock since its record was written) does."""
+    policy = _policy(progress_deadline_s=600, cooldown_s=0)
+    decider = Decider(policy)
+    written = 10**18  # when the records were written (ns): the wall clock below is far later
+    (decided,) = decider.feed(RecoveryInput(incident=_incident("j1", 0)), written_ns=now_ns())
+    assert decided.stage == "decided"
+    decider.feed(RecoveryInput(incident=_incident("j2", 3600, n=1)), written_ns=now_ns())
+    assert [e for e in decider.tick() if e.job_id == "j1"] == []
+    # j1 went quiet long ago: its own clock passes the deadline
+    decider.feed(RecoveryInput(incident=_incident("j1", 1, revision=1)), written_ns=written)
+    failed = [e for e in decider.tick() if e.job_id == "j1" and e.stage == "progress_not_resumed"]
+    assert [e.key for e in failed] == [decided.key]

@@ -1,9 +1,12 @@
 """The recovery decider as the stream worker runs it: inputs in, recovery events out.
 
 It wraps the pure ``RecoveryEngine`` with what a long-running consumer needs: an event clock
-for progress deadlines (the latest event time read, moved on by the wall clock since, so a
-replay faster than real time keeps event-time semantics and a quiet fleet still reaches its
-deadlines), and a rebuild from the input topic itself. The engine's state (bounds, backoffs,
+per job for progress deadlines (the latest event time read for that job, moved on by the wall
+clock since it was written, so a replay faster than real time keeps event-time semantics and a
+job that went quiet still reaches its deadline), and a rebuild from the input topic itself. The
+clock is per job because the input mixes every job of the fleet in the order the workers happened
+to emit them: a fleet clock let one job's deadline expire because another job's findings were
+read first. The engine's state (bounds, backoffs,
 watches, the breaker) lives in memory; after a restart or a partition move the new owner
 replays the input of the policy's longest horizon before the first record it is handed, with
 outputs dropped (they are on ``<p>.recovery`` already). The engine is deterministic, so the
@@ -42,14 +45,17 @@ class Decider:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.engine = RecoveryEngine(policy)
-        self._clock = (0, 0)  # (latest event time read, wall clock when it was read)
+        #: job -> (latest event time read for it, wall clock ns when that record was written)
+        self._clocks: dict[str, tuple[int, int]] = {}
 
-    def feed(self, record: RecoveryInput) -> list[RecoveryEvent]:
+    def feed(self, record: RecoveryInput, written_ns: int | None = None) -> list[RecoveryEvent]:
+        """One input record; ``written_ns``: when it was written (its Kafka timestamp), else
+        now."""
         e = self.engine
         if record.control is not None:  # issued on the wall clock: not event time
             e.paused = record.control.paused
             return []
-        self._advance(record.ts)
+        self._advance(_job_of(record), record.ts, written_ns)
         if record.detection is not None:
             return e.on_detection(record.detection)
         if record.incident is not None:
@@ -58,34 +64,46 @@ class Decider:
         p = record.progress
         return e.on_progress(p.cluster, p.job_id, p.step, p.ts, p.nodes)
 
-    def now(self) -> int:
-        ts, wall = self._clock
+    def now(self, job_id: str) -> int:
+        """A job's event clock (0: nothing read for it)."""
+        ts, wall = self._clocks.get(job_id, (0, 0))
         return ts + (time.time_ns() - wall) if ts else 0
 
     def tick(self) -> list[RecoveryEvent]:
-        """Progress deadlines that passed on the event clock."""
-        now = self.now()
-        return self.engine.tick(now) if now else []
+        """Progress deadlines that passed on their job's event clock."""
+        out: list[RecoveryEvent] = []
+        for job_id in list(self._clocks):
+            out += self.engine.tick(self.now(job_id), job_id)
+        return out
 
-    def rebuild(self, earlier: Iterable[RecoveryInput], paused: bool) -> int:
-        """Start over from ``earlier`` input (oldest first), dropping its outputs; ``paused`` is
-        the operators' latest command as of before it. Returns the records replayed."""
+    def rebuild(
+        self, earlier: Iterable[RecoveryInput | tuple[int, RecoveryInput]], paused: bool
+    ) -> int:
+        """Start over from ``earlier`` input (oldest first; each record, or (when it was
+        written in ns, record)), dropping its outputs; ``paused`` is the operators' latest
+        command as of before it. Returns the records replayed."""
         self.engine = RecoveryEngine(self.policy)
         self.engine.paused = paused
-        self._clock = (0, 0)
+        self._clocks = {}
         _, progress_s = replay_horizon_s(self.policy)
         n = 0
-        records = list(earlier)
-        newest = max((r.ts for r in records if r.control is None), default=0)
-        for r in records:
+        records = [r if isinstance(r, tuple) else (None, r) for r in earlier]
+        newest = max((r.ts for _, r in records if r.control is None), default=0)
+        for written_ns, r in records:
             if r.progress is not None and r.ts < newest - int(progress_s * NS):
                 continue  # older than any watch or breaker window can need
             if r.control is None:
-                self.engine.tick(r.ts)
-            self.feed(r)
+                self.engine.tick(r.ts, _job_of(r))
+            self.feed(r, written_ns)
             n += 1
         return n
 
-    def _advance(self, ts: int) -> None:
-        if ts > self._clock[0]:
-            self._clock = (ts, time.time_ns())
+    def _advance(self, job_id: str, ts: int, written_ns: int | None) -> None:
+        if ts > self._clocks.get(job_id, (0, 0))[0]:
+            self._clocks[job_id] = (ts, time.time_ns() if written_ns is None else written_ns)
+
+
+def _job_of(record: RecoveryInput) -> str:
+    found = record.detection or record.incident or record.progress
+    assert found is not None, "a command has no job"
+    return found.job_id

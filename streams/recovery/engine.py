@@ -164,10 +164,14 @@ class RecoveryEngine:
             ]
         return []
 
-    def tick(self, now_ts: int) -> list[RecoveryEvent]:
-        """Event time advanced: recoveries whose progress deadline passed have failed."""
+    def tick(self, now_ts: int, only: str | None = None) -> list[RecoveryEvent]:
+        """Event time advanced (of job ``only``, or of all): recoveries whose progress deadline
+        passed have failed."""
         out: list[RecoveryEvent] = []
-        for job_id, job in self._jobs.items():
+        jobs = self._jobs.items() if only is None else [(only, self._jobs.get(only))]
+        for job_id, job in list(jobs):
+            if job is None:
+                continue
             w = job.watch
             if w is None or now_ts < w.deadline_ts:
                 continue

@@ -75,7 +75,8 @@ class DeciderHost:
                             "paused" if record.control.paused else "resumed",
                             record.control.by,
                         )
-                    await self.publish_recovery(decider.feed(record))
+                    written_ns = int(msg.timestamp * 1e9) if msg.timestamp else None
+                    await self.publish_recovery(decider.feed(record, written_ns))
 
         @app.on_partitions_revoked.connect
         async def decider_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -144,19 +145,20 @@ class DeciderHost:
         findings_s, _ = replay_horizon_s(decider.policy)
         since_ms = record_ms - int(findings_s * 1000)
 
-        def read() -> tuple[list[RecoveryInput], bool]:
+        def read() -> tuple[list[tuple[int, RecoveryInput]], bool]:
             commands = [
                 RecoveryControl.model_validate_json(v)
                 for _, v in read_partition(config.bootstrap, topics.recovery_control, 0)
             ]
             earlier = []
-            for _, value in read_partition(
+            for written_ms, value in read_partition(
                 config.bootstrap, topics.recovery_input, partition, since_ms, offset
             ):
                 try:
-                    earlier.append(RecoveryInput.model_validate_json(value))
+                    record = RecoveryInput.model_validate_json(value)
                 except ValueError:
                     continue
+                earlier.append((written_ms * 1_000_000, record))
             return earlier, bool(commands and commands[-1].paused)
 
         started = time.monotonic()
