@@ -106,6 +106,15 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         snapshots.revoke(revoked)
         windows.revoke(revoked)
 
+    @app.on_partitions_assigned.connect
+    async def events_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
+        """Partitions handed (back) to this worker: whatever it did with their records since
+        they were revoked (records still buffered then) is dropped, so the first record after
+        the assignment restores the newest snapshot and nothing is counted twice."""
+        assigned: set[Any] = args[0] if args else kwargs.get("assigned", set())
+        snapshots.revoke(assigned)
+        windows.revoke(assigned)
+
     return app, counters
 
 
