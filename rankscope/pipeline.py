@@ -114,17 +114,7 @@ class Pipeline:
         self.config = config
         logs = config.home / "logs"
         cli = [sys.executable, "-m", "rankscope"]
-        # worker 1 logs to worker.log; more workers (one consumer group) to worker-N.log, each
-        # with its own scratch directory
-        self.workers = [
-            StageProcess(
-                "worker" if i == 1 else f"worker-{i}",
-                [*cli, "worker", *config.common_args()],
-                logs / ("worker.log" if i == 1 else f"worker-{i}.log"),
-                {**config.env, "RANKSCOPE_WORKER_DATA_DIR": str(config.home / f"faust-{i}")},
-            )
-            for i in range(1, config.workers + 1)
-        ]
+        self.workers = [self._worker(i) for i in range(1, config.workers + 1)]
         self.sink = StageProcess(
             "sink",
             [
@@ -150,16 +140,20 @@ class Pipeline:
         """The first stream worker (the only one unless ``workers`` > 1)."""
         return self.workers[0]
 
+    def _worker(self, i: int) -> StageProcess:
+        """Stream worker ``i`` (from 1): worker 1 logs to worker.log, the others (one consumer
+        group) to worker-N.log, each with its own scratch directory."""
+        config = self.config
+        return StageProcess(
+            "worker" if i == 1 else f"worker-{i}",
+            [sys.executable, "-m", "rankscope", "worker", *config.common_args()],
+            config.home / "logs" / ("worker.log" if i == 1 else f"worker-{i}.log"),
+            {**config.env, "RANKSCOPE_WORKER_DATA_DIR": str(config.home / f"faust-{i}")},
+        )
+
     def add_worker(self) -> StageProcess:
         """Start one more stream worker in the group (a scale-out, or a replacement)."""
-        i = len(self.workers) + 1
-        first = self.workers[0]
-        worker = StageProcess(
-            f"worker-{i}",
-            first.argv,
-            first.log_path.with_name(f"worker-{i}.log"),
-            {**first.env, "RANKSCOPE_WORKER_DATA_DIR": str(self.config.home / f"faust-{i}")},
-        )
+        worker = self._worker(len(self.workers) + 1)
         self.workers.append(worker)
         worker.start()
         return worker

@@ -103,8 +103,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     async def events_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Partitions moved away: their analysis and windows belong to the next owner."""
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
-        snapshots.revoke(revoked)
-        windows.revoke(revoked)
+        snapshots.forget(revoked)
+        windows.forget(revoked)
 
     @app.on_partitions_assigned.connect
     async def events_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -112,8 +112,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         they were revoked (records still buffered then) is dropped, so the first record after
         the assignment restores the newest snapshot and nothing is counted twice."""
         assigned: set[Any] = args[0] if args else kwargs.get("assigned", set())
-        snapshots.revoke(assigned)
-        windows.revoke(assigned)
+        snapshots.forget(assigned)
+        windows.forget(assigned)
 
     return app, counters
 

@@ -25,13 +25,15 @@ import logging
 import pickle
 import uuid
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from rankscope.streams.analysis.job import JobAnalyzer
+from rankscope.streams.recovery.replay import read_partition
 
 __all__ = [
     "STATE_FORMAT",
@@ -137,72 +139,36 @@ def parse_record(value: bytes) -> SnapshotManifest | tuple[str, int, bytes] | No
     return None
 
 
-def _read(consumer: Consumer, tp: TopicPartition, start: int, end: int) -> list[tuple[int, bytes]]:
-    """Records [start, end) of one partition (fewer if some were deleted)."""
-    if start >= end:
-        return []
-    consumer.assign([TopicPartition(tp.topic, tp.partition, start)])
-    out: list[tuple[int, bytes]] = []
-    idle = 0
-    while idle < 30:
-        msgs = consumer.consume(500, timeout=1.0)
-        if not msgs:
-            idle += 1
-            continue
-        for msg in msgs:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    return out
-                continue
-            offset = msg.offset() or 0
-            if offset >= end:
-                return out
-            out.append((offset, msg.value() or b""))
-            if offset + 1 >= end:
-                return out
-    raise TimeoutError(f"reading {tp.topic}/{tp.partition} [{start}, {end}) timed out")
-
-
-def load_latest(
-    bootstrap: str,
-    topic: str,
-    partition: int,
-    key: bytes,
-    consumer_settings: dict[str, Any] | None = None,
-) -> PartitionState | None:
+def load_latest(bootstrap: str, topic: str, partition: int, key: bytes) -> PartitionState | None:
     """The newest complete, verified snapshot of ``partition`` (None: there is none)."""
-    consumer = Consumer(
-        {
-            **(consumer_settings or {}),
-            "bootstrap.servers": bootstrap,
-            "group.id": f"rankscope-state-{uuid.uuid4().hex}",  # never commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
+
+    def read(start: int, end: int) -> list[bytes]:
+        return [
+            v for _, v in read_partition(bootstrap, topic, partition, 0, end, start_offset=start)
+        ]
+
+    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-state"})
     try:
-        tp = TopicPartition(topic, partition)
-        low, high = consumer.get_watermark_offsets(tp, timeout=30)
-        end = high
-        while end > low:
-            start = max(low, end - _SCAN_RECORDS)
-            window = _read(consumer, tp, start, end)
-            manifests = [m for _, v in window if isinstance(m := parse_record(v), SnapshotManifest)]
-            for manifest in reversed(manifests):
-                state = _load(consumer, tp, manifest, key)
-                if state is not None:
-                    return state
-            end = start
-        return None
+        low, end = probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
     finally:
-        consumer.close()
+        probe.close()
+    while end > low:
+        start = max(low, end - _SCAN_RECORDS)
+        manifests = [
+            m for v in read(start, end) if isinstance(m := parse_record(v), SnapshotManifest)
+        ]
+        for manifest in reversed(manifests):
+            state = _load(read, f"{topic}/{partition}", manifest, key)
+            if state is not None:
+                return state
+        end = start
+    return None
 
 
 def _load(
-    consumer: Consumer, tp: TopicPartition, manifest: SnapshotManifest, key: bytes
+    read: Callable[[int, int], list[bytes]], where: str, manifest: SnapshotManifest, key: bytes
 ) -> PartitionState | None:
-    where = f"{tp.topic}/{tp.partition} snapshot {manifest.snapshot_id}"
+    where = f"{where} snapshot {manifest.snapshot_id}"
     if manifest.state_format != STATE_FORMAT or manifest.version != _version():
         log.warning(
             "%s is of format %s from rankscope %s (this worker: %s, %s): the analysis of "
@@ -212,9 +178,8 @@ def _load(
         )  # fmt: skip
         return PartitionState(manifest.partition, -1)
     first = manifest.first_chunk_offset
-    records = _read(consumer, tp, first, first + manifest.chunks)
     pieces: list[bytes] = []
-    for i, (_, value) in enumerate(records):
+    for i, value in enumerate(read(first, first + manifest.chunks)):
         chunk = parse_record(value)
         if not isinstance(chunk, tuple) or chunk[0] != manifest.snapshot_id or chunk[1] != i:
             log.error("%s: chunk %d is missing or foreign; looking further back", where, i)

@@ -63,8 +63,7 @@ class JobAnalyzer:
         )
         self._step_ns = int(self.step_s * 1e9)
         self._pushed = 0  # since the last step
-        self._stepped_lead = -(2**62)  # the newest event time at the last step
-        self._lead = -1
+        self._stepped_lead = -(2**62)  # the buffer's newest event time at the last step
         self._detections: list[Detection] = []
         self._incidents: list[Incident] = []
 
@@ -75,8 +74,10 @@ class JobAnalyzer:
         for ready, rts in self.buffer.push(ev, ts):
             self._process(ready, rts)
         self._pushed += 1
-        self._lead = max(self._lead, ts)
-        if self._pushed >= self.step_events or self._lead - self._stepped_lead >= self._step_ns:
+        if (
+            self._pushed >= self.step_events
+            or self.buffer.lead - self._stepped_lead >= self._step_ns
+        ):
             self._step()
 
     def take(self) -> tuple[list[Detection], list[Incident]]:
@@ -134,7 +135,7 @@ class JobAnalyzer:
     def _step(self) -> None:
         """Run the detectors up to the job's event time; what is new waits for :meth:`take`."""
         self._pushed = 0
-        self._stepped_lead = self._lead
+        self._stepped_lead = self.buffer.lead
         now = self.clock_ns()
         for ev, ts in self.buffer.release():
             self._process(ev, ts)

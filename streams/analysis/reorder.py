@@ -52,6 +52,11 @@ class EventTimeBuffer:
     def watermark(self) -> int:
         return self._watermark
 
+    @property
+    def lead(self) -> int:
+        """The newest corrected time pushed (-1: none yet)."""
+        return self._lead
+
     def push(self, ev: Event, corrected_ts: int) -> list[tuple[Event, int]]:
         """Add one event; returns the events (with corrected ts) now safe to process, in order."""
         self._pushes += 1

@@ -17,10 +17,12 @@ def read_partition(
     since_ms: int = 0,
     end_offset: int | None = None,
     timeout_s: float = 60.0,
+    start_offset: int | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """(record time ms, value) of ``topic``/``partition`` from the first record at or after
-    ``since_ms`` up to ``end_offset`` (exclusive; None: the end now), in offset order. Stops at
-    the partition's end too, so a compacted topic's gaps below the end do not stall it."""
+    ``since_ms`` (or from ``start_offset``) up to ``end_offset`` (exclusive; None: the end
+    now), in offset order. Stops at the partition's end too, so a compacted topic's gaps below
+    the end do not stall it."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -34,10 +36,13 @@ def read_partition(
             TopicPartition(topic, partition), timeout=timeout_s
         )
         end = high if end_offset is None else min(end_offset, high)
-        (found,) = consumer.offsets_for_times(
-            [TopicPartition(topic, partition, max(0, since_ms))], timeout=timeout_s
-        )
-        start = found.offset if found.offset >= 0 else end  # -1: nothing that recent
+        if start_offset is not None:
+            start = start_offset
+        else:
+            (found,) = consumer.offsets_for_times(
+                [TopicPartition(topic, partition, max(0, since_ms))], timeout=timeout_s
+            )
+            start = found.offset if found.offset >= 0 else end  # -1: nothing that recent
         start = max(start, low)
         if start >= end:
             return

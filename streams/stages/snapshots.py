@@ -163,8 +163,9 @@ class SnapshotKeeper:
             tp.partition, len(state.analyzers), state.offset, time.monotonic() - started,
         )  # fmt: skip
 
-    def revoke(self, partitions: set[Any]) -> list[str]:
-        """Drop the state of partitions this worker gave up; returns their jobs."""
+    def forget(self, partitions: set[Any]) -> list[str]:
+        """Drop this worker's state of ``partitions`` (given up, or handed over again: the
+        next record restores the snapshot); returns their jobs."""
         jobs: list[str] = []
         for tp in partitions:
             if tp.topic != self.config.topics.events:

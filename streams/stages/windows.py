@@ -66,9 +66,9 @@ class WindowsStage:
         for job_id in jobs:
             self.partition_of[job_id] = tp
 
-    def revoke(self, partitions: set[Any]) -> None:
-        """Forget the windows and held records of partitions this worker gave up: the next
-        owner re-reads the records of open windows (they were never acknowledged)."""
+    def forget(self, partitions: set[Any]) -> None:
+        """Forget the windows and held records of ``partitions`` (given up, or handed over
+        again): their owner re-reads the records of open windows (never acknowledged)."""
         gone = {j for j, tp in self.partition_of.items() if tp in partitions}
         for job_id in gone:
             self.agg.forget(job_id)
