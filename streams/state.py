@@ -47,7 +47,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2  # 2: the raw sources read (streams/sources.py)
 _MAGIC = b"RSS1"
 _CHUNK = b"C"
 _MANIFEST = b"M"
@@ -72,6 +72,8 @@ class PartitionState:
     flushed: set[str] = field(default_factory=set)
     #: job -> its open windows and stream time (``WindowAggregator.export``)
     windows: dict[str, Any] = field(default_factory=dict)
+    #: raw partition -> the newest raw offset read from it (``SourceOffsets.export``)
+    sources: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,8 @@ class AnalysisStage:
         self.read_upto: dict[Any, int] = {}  # partition -> offset of the newest record read
 
     def read(self, tp: Any, offset: int) -> None:
-        """The windows agent read the record at ``offset`` of ``tp``."""
-        self.read_upto[tp] = offset
+        """The windows agent read the record at ``offset`` of ``tp`` (or skipped it)."""
+        self.read_upto[tp] = max(offset, self.read_upto.get(tp, -1))
 
     def caught_up(self, job_id: str) -> bool:
         """Whether everything on the job's partition up to its log end has been read."""

@@ -32,6 +32,7 @@ class StageCounters:
     events_quarantined: int = 0
     snapshots: int = 0
     snapshots_restored: int = 0
+    duplicates_dropped: int = 0
     started_wall: float = field(default_factory=time.time)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from rankscope.redaction.keys import load_key
 from rankscope.streams.config import StreamsConfig
+from rankscope.streams.sources import Source, SourceOffsets
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.state import PartitionState, encode_chunks, encode_manifest, load_latest
@@ -74,6 +75,7 @@ class SnapshotKeeper:
         self.snapshot_wall: dict[Any, float] = {}  # partition -> when it was last snapshotted
         self.record_wall: dict[Any, float] = {}  # partition -> when its last record was read
         self.in_record: Any = None  # the partition whose record the agent is in the middle of
+        self.sources = SourceOffsets()
 
     # -- the events agent's side ----------------------------------------------------------
     async def begin(self, tp: Any, offset: int, now: float) -> bool:
@@ -87,6 +89,13 @@ class SnapshotKeeper:
         if tp not in self.loaded:
             await self._restore(tp, now)
         return offset <= self.loaded[tp]
+
+    def duplicate(self, tp: Any, source: Source | None) -> bool:
+        """Whether the record (from raw ``source``) repeats one already read from ``tp``."""
+        if self.sources.first_time(tp, source):
+            return False
+        self.counters.duplicates_dropped += 1
+        return True
 
     def end(self) -> None:
         self.in_record = None
@@ -120,6 +129,7 @@ class SnapshotKeeper:
         state = self.analysis.export(tp)
         if self.windows is not None:
             state.windows = self.windows.export(tp)
+        state.sources = self.sources.export(tp)
         assert self.key is not None
         snapshot_id, chunks, fields = encode_chunks(state, self.key, self.config.state.chunk_bytes)
         send = self.topics.state.send
@@ -155,6 +165,7 @@ class SnapshotKeeper:
         self.analysis.install(tp, state, now)
         if self.windows is not None:
             self.windows.install(tp, state.windows, now)
+        self.sources.install(tp, state.sources)
         self.loaded[tp] = self.durable[tp] = state.offset
         self.snapshot_wall[tp] = now
         self.counters.snapshots_restored += 1
@@ -171,6 +182,7 @@ class SnapshotKeeper:
             if tp.topic != self.config.topics.events:
                 continue
             jobs += self.analysis.drop(tp)
+            self.sources.drop(tp)
             for held in (self.loaded, self.durable, self.snapshot_wall, self.record_wall):
                 held.pop(tp, None)
         return jobs

@@ -18,6 +18,7 @@ from rankscope.redaction.stage import RedactionStage, StageResult
 from rankscope.schemas.events import Event, dump_events
 from rankscope.schemas.topics import partition_key
 from rankscope.streams.config import RedactionConfig, StreamsConfig
+from rankscope.streams.sources import source_headers
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.validate import (
     RecordRef,
@@ -77,7 +78,12 @@ class ValidateStage:
                             key=a.job_id.encode(), value=a.model_dump_json().encode()
                         )
                     key = msg.key or partition_key(result.events[0].job_id, result.events[0].node)
-                    await topics.events.send(key=key, value=dump_events(redacted.events))
+                    await topics.events.send(
+                        key=key,
+                        value=dump_events(redacted.events),
+                        # a raw record validated again (after a crash) is read once downstream
+                        headers=source_headers(msg.topic, msg.partition, msg.offset),
+                    )
                 for dead in result.dead:
                     counters.dead_letters += 1
                     await topics.deadletter.send(

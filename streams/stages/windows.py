@@ -20,6 +20,7 @@ import faust
 from rankscope.schemas.derived import RankWindow, StepProgress
 from rankscope.schemas.events import EVENT_LIST_ADAPTER
 from rankscope.streams.config import StreamsConfig
+from rankscope.streams.sources import record_source
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
@@ -104,6 +105,16 @@ class WindowsStage:
             held_count += len(held)
         self.counters.pending_acks = held_count
 
+    def hold(self, tp: Any, item: Held, durable: bool) -> None:
+        """Hold a record until it settles (or ack it now: no window, nothing to wait for)."""
+        if item[1] < 0 and durable:
+            item[2].ack()
+            return
+        held = self.pending.get(tp)
+        if held is None:
+            held = self.pending[tp] = deque()
+        held.append(item)
+
     async def close_ready(self, now: float) -> None:
         """Emit the windows the watermark (or idleness at ``now``) has closed, then ack the
         records they settle: a held record can only settle when one of its windows is emitted."""
@@ -134,6 +145,13 @@ class WindowsStage:
                     snapshots.end()  # a restored snapshot already includes this record
                     event.ack()
                     continue
+                if snapshots.duplicate(tp, record_source(event.message.headers)):
+                    # its raw record was validated twice: acknowledged in offset order once
+                    # a snapshot includes it (the snapshot remembers the source as read)
+                    self.hold(tp, ("", -1, event, offset), snapshots.is_durable(tp, offset))
+                    analysis.read(tp, offset)
+                    snapshots.end()
+                    continue
                 last_end = -1
                 job_id = ""
                 touched: set[str] = set()
@@ -157,13 +175,7 @@ class WindowsStage:
                         last_end = max(last_end, t - t % size_ns + size_ns)
                 if job_id:
                     agg_jobs[job_id] = tp
-                if last_end < 0 and snapshots.is_durable(tp, offset):
-                    event.ack()  # no window, and nothing to wait for (snapshots off)
-                else:
-                    held = self.pending.get(tp)
-                    if held is None:
-                        held = self.pending[tp] = deque()
-                    held.append((job_id, last_end, event, offset))
+                self.hold(tp, (job_id, last_end, event, offset), snapshots.is_durable(tp, offset))
                 analysis.read(tp, offset)
                 snapshots.end()
                 await self.close_ready(now)
