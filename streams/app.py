@@ -24,6 +24,7 @@ from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
 from rankscope.streams.stages.validate import ValidateStage, build_redaction
 from rankscope.streams.stages.windows import WindowsStage
+from rankscope.streams.upstream import RawProgress
 
 __all__ = [
     "StageCounters",
@@ -75,9 +76,18 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         return app.consumer.highwater(tp)  # looked up late: the consumer starts with the worker
 
     analysis = AnalysisStage(
-        config, topics, counters, to_decider=recovery.to_decider, highwater=highwater
+        config,
+        topics,
+        counters,
+        to_decider=recovery.to_decider,
+        highwater=highwater,
+        upstream=RawProgress(config.bootstrap, config.app_id),
     )
-    snapshots = SnapshotKeeper(config, topics, counters, analysis)
+
+    async def flush_outputs() -> None:
+        await app.producer.flush()
+
+    snapshots = SnapshotKeeper(config, topics, counters, analysis, flush_outputs=flush_outputs)
     windows = WindowsStage(
         config, topics, counters, analysis=analysis, recovery=recovery, snapshots=snapshots
     )

@@ -159,7 +159,11 @@ def load_latest(bootstrap: str, topic: str, partition: int, key: bytes) -> Parti
         manifests = [
             m for v in read(start, end) if isinstance(m := parse_record(v), SnapshotManifest)
         ]
-        for manifest in reversed(manifests):
+        # the snapshot that includes the most records; of equal ones, the one written last (a
+        # worker that lost the partition mid-write never writes its manifest, but a stalled one
+        # that has not noticed yet could write an older state after the next owner's)
+        ranked = sorted(enumerate(manifests), key=lambda im: (im[1].offset, im[0]), reverse=True)
+        for _, manifest in ranked:
             state = _load(read, f"{topic}/{partition}", manifest, key)
             if state is not None:
                 return state

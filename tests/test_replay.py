@@ -16,7 +16,7 @@ from rankscope.evaluate import publish_suite
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.sinks.clickhouse import connect
 from tests.test_findings_determinism import CASES, in_process, stored
-from tests.test_worker_state import stored_windows
+from tests.test_worker_state import case_windows, stored_windows
 
 EVENT_TABLES = ("spans", "gpu_samples", "gpu_events", "heartbeats", "scheduler_events")
 
@@ -54,11 +54,11 @@ def test_replay_rebuilds_the_live_tables_with_three_workers(
     assert "replayed" in r.stdout and "incidents" in r.stdout
 
     assert stored(replayed) == stored(live) == in_process(CASES)
-    # windows: every job's windows there, none written twice with different contents (their
-    # counts depend on processing-time channel idleness while workers join: docs/open-items.md)
+    # every window with the log's events, never written twice with different contents
     for case in CASES:
         windows, conflicting = stored_windows(replayed, case.config.job_id)
-        assert windows and conflicting == 0, case.name
+        assert windows == case_windows(case) == stored_windows(live, case.config.job_id)[0]
+        assert conflicting == 0, case.name
     rows = _event_rows(replayed)
     assert rows == _event_rows(live) and rows["spans"] > 0
 

@@ -103,6 +103,11 @@ def test_the_newest_complete_signed_snapshot_is_loaded(
     _snapshot(cfg.bootstrap, topic, _analyzer_state(1200), key=b"x" * 32)
     forged = load_latest(cfg.bootstrap, topic, 0, KEY)
     assert forged is not None and forged.offset == 600
+    # a stalled worker's older state written after the next owner's: the one that includes the
+    # most records wins
+    _snapshot(cfg.bootstrap, topic, _analyzer_state(300))
+    stale = load_latest(cfg.bootstrap, topic, 0, KEY)
+    assert stale is not None and stale.offset == 600
     # other partitions are separate
     assert load_latest(cfg.bootstrap, topic, 1, KEY) is None
 
@@ -131,6 +136,12 @@ def expected_windows(events: list[Event]) -> dict[tuple[int, int], int]:
     for ev in events:
         agg.add(ev, 0.0)
     return {(w.rank, w.window_start_ns): w.event_count for w in agg.close_ready(1e9)}
+
+
+def case_windows(case: SuiteCase) -> dict[tuple[int, int], int]:
+    """``expected_windows`` of one case's simulated log."""
+    events, _ = simulate_with_faults(case.config, case.faults)
+    return expected_windows(list(events))
 
 
 def stored_windows(cfg: PipelineConfig, job_id: str) -> tuple[dict[tuple[int, int], int], int]:

@@ -8,10 +8,13 @@ A flush is the one decision not driven by the log (a job that died has no more e
 push its analysis forward), so it waits until the worker has read its partition to the end:
 a worker that is behind, replaying or restarting never flushes a job whose events it has not
 read yet, the way Kafka Streams only lets a task idle when the partition has nothing fetched.
+It also waits until the job's raw partition was validated past the end it had when the job went
+quiet (``streams/upstream.py``): a job whose validating worker died is not quiet, only stuck.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -21,6 +24,9 @@ from rankscope.streams.analysis.job import JobAnalyzer
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.state import PartitionState
+from rankscope.streams.upstream import Upstream
+
+log = logging.getLogger(__name__)
 
 ToDecider = Callable[[RecoveryInput, str], Awaitable[None]]
 #: the log end offset of a partition as the consumer last fetched it (None: not known yet)
@@ -37,6 +43,7 @@ class AnalysisStage:
         counters: StageCounters,
         to_decider: ToDecider,
         highwater: Highwater | None = None,
+        upstream: Upstream | None = None,
     ):
         self.config = config
         self.topics = topics
@@ -49,6 +56,10 @@ class AnalysisStage:
         self.highwater = highwater
         self.partition_of: dict[str, Any] = {}  # job -> the events partition it was read from
         self.read_upto: dict[Any, int] = {}  # partition -> offset of the newest record read
+        self.upstream = upstream
+        self.source_of: dict[str, str] = {}  # job -> raw partition of its newest record
+        self.raw_mark: dict[str, int] = {}  # job -> its raw partition's end when it went quiet
+        self.raw_done: set[str] = set()  # jobs whose raw partition was validated past the mark
 
     def read(self, tp: Any, offset: int) -> None:
         """The windows agent read the record at ``offset`` of ``tp`` (or skipped it)."""
@@ -97,15 +108,43 @@ class AnalysisStage:
             self.analyzer_seen.pop(job_id, None)
             self.partition_of.pop(job_id, None)
             self.flushed.discard(job_id)
+            self._forget_upstream(job_id)
+            self.source_of.pop(job_id, None)
         self.read_upto.pop(tp, None)
         return jobs
 
-    def observe(self, ev: Event, now: float, tp: Any = None) -> None:
+    def _forget_upstream(self, job_id: str) -> None:
+        self.raw_mark.pop(job_id, None)
+        self.raw_done.discard(job_id)
+
+    async def upstream_done(self, job_id: str) -> bool:
+        """Whether every raw record of the job's raw partition that existed when the job went
+        quiet has been validated (two timer ticks at least: the mark, then the check)."""
+        where = self.source_of.get(job_id)
+        if self.upstream is None or where is None:
+            return True  # in-process use, or records without a source header
+        if job_id in self.raw_done:
+            return True  # found on an earlier tick; the events partition was read since
+        try:
+            mark = self.raw_mark.get(job_id)
+            if mark is None:
+                self.raw_mark[job_id] = await self.upstream.end(where)
+            elif await self.upstream.committed(where) >= mark:
+                self.raw_done.add(job_id)
+        except Exception as exc:  # the broker is unreachable: the flush waits
+            log.warning("cannot tell how far %s was validated (%s): the flush of %s waits",
+                        where, exc, job_id)  # fmt: skip
+        return False
+
+    def observe(self, ev: Event, now: float, tp: Any = None, source: str | None = None) -> None:
         """One event of ``ev.job_id`` (non-empty; the stage is enabled), read at ``now`` from
-        partition ``tp``."""
+        partition ``tp``, validated from raw partition ``source``."""
         job_id = ev.job_id
         if tp is not None:
             self.partition_of[job_id] = tp
+        if source is not None:
+            self.source_of[job_id] = source
+        self._forget_upstream(job_id)
         analyzer = self.analyzers.get(job_id)
         if analyzer is None:
             analyzer = self.analyzers[job_id] = JobAnalyzer(
@@ -148,6 +187,7 @@ class AnalysisStage:
                 idle >= config.analysis_flush_idle_s
                 and jid not in self.flushed
                 and self.caught_up(jid)
+                and await self.upstream_done(jid)
             ):
                 self.flushed.add(jid)
                 await self.publish_findings(self.analyzers[jid], flush=True)
@@ -156,3 +196,5 @@ class AnalysisStage:
                 self.analyzer_seen.pop(jid, None)
                 self.partition_of.pop(jid, None)
                 self.flushed.discard(jid)
+                self.source_of.pop(jid, None)
+                self._forget_upstream(jid)

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from rankscope.redaction.keys import load_key
@@ -54,6 +55,7 @@ class SnapshotKeeper:
         topics: StageTopics,
         counters: StageCounters,
         analysis: AnalysisStage,
+        flush_outputs: Callable[[], Awaitable[None]] | None = None,
     ):
         self.config = config
         self.topics = topics
@@ -76,6 +78,10 @@ class SnapshotKeeper:
         self.record_wall: dict[Any, float] = {}  # partition -> when its last record was read
         self.in_record: Any = None  # the partition whose record the agent is in the middle of
         self.sources = SourceOffsets()
+        #: everything the worker sent so far reaches Kafka (the producer's flush)
+        self.flush_outputs = flush_outputs
+        #: partition -> times it was forgotten (a snapshot begun before is not written)
+        self.generation: dict[Any, int] = {}
 
     # -- the events agent's side ----------------------------------------------------------
     async def begin(self, tp: Any, offset: int, now: float) -> bool:
@@ -132,12 +138,23 @@ class SnapshotKeeper:
         state.sources = self.sources.export(tp)
         assert self.key is not None
         snapshot_id, chunks, fields = encode_chunks(state, self.key, self.config.state.chunk_bytes)
+        generation = self.generation.get(tp, 0)
+        if self.flush_outputs is not None:
+            # the windows and findings the state counts as emitted reach Kafka before the state
+            # does: a crash after the manifest must not lose what the restored state will not
+            # emit again
+            await self.flush_outputs()
         send = self.topics.state.send
         key = str(tp.partition).encode()
         pending = [await send(key=key, value=c, partition=tp.partition) for c in chunks]
         first = (await pending[0]).offset
         for fut in pending[1:]:
             await fut
+        if self.generation.get(tp, 0) != generation:
+            # the partition was given up meanwhile: its next owner may already have moved on
+            # from an older snapshot, and this one, written last, would look newest
+            log.info("snapshot %s of %s dropped: the partition moved", snapshot_id, tp)
+            return
         done = await send(key=key, value=encode_manifest(fields, first), partition=tp.partition)
         await done
         self.durable[tp] = state.offset
@@ -183,6 +200,7 @@ class SnapshotKeeper:
                 continue
             jobs += self.analysis.drop(tp)
             self.sources.drop(tp)
+            self.generation[tp] = self.generation.get(tp, 0) + 1
             for held in (self.loaded, self.durable, self.snapshot_wall, self.record_wall):
                 held.pop(tp, None)
         return jobs

@@ -105,6 +105,17 @@ class WindowsStage:
             held_count += len(held)
         self.counters.pending_acks = held_count
 
+    def windows_touched(self, value: bytes) -> tuple[str, int]:
+        """(job id, end of the last window) of a record's events, without counting them."""
+        size_ns = self.agg.size_ns
+        job_id, last_end = "", -1
+        for ev in EVENT_LIST_ADAPTER.validate_json(value):
+            job_id = ev.job_id
+            if ev.rank is not None:
+                t = corrected_ts(ev)
+                last_end = max(last_end, t - t % size_ns + size_ns)
+        return job_id, last_end
+
     def hold(self, tp: Any, item: Held, durable: bool) -> None:
         """Hold a record until it settles (or ack it now: no window, nothing to wait for)."""
         if item[1] < 0 and durable:
@@ -142,10 +153,14 @@ class WindowsStage:
                 tp = event.message.tp
                 offset = event.message.offset
                 if await snapshots.begin(tp, offset, now):
-                    snapshots.end()  # a restored snapshot already includes this record
-                    event.ack()
+                    # a restored snapshot already includes this record: it waits, like the
+                    # others, for the windows it touched (open in the snapshot) to be emitted
+                    job_id, last_end = self.windows_touched(event.value)
+                    self.hold(tp, (job_id, last_end, event, offset), True)
+                    snapshots.end()
                     continue
-                if snapshots.duplicate(tp, record_source(event.message.headers)):
+                source = record_source(event.message.headers)
+                if snapshots.duplicate(tp, source):
                     # its raw record was validated twice: acknowledged in offset order once
                     # a snapshot includes it (the snapshot remembers the source as read)
                     self.hold(tp, ("", -1, event, offset), snapshots.is_durable(tp, offset))
@@ -162,7 +177,7 @@ class WindowsStage:
                     if note is not None:
                         progress.append(note)
                     if job_id and analysis.enabled:
-                        analysis.observe(ev, now, tp)
+                        analysis.observe(ev, now, tp, source and source[0])
                         touched.add(job_id)
                     late = agg.add(ev, now)
                     if late is not None:
