@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, NoReturn, Protocol, Self
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -268,25 +268,33 @@ class Publisher:
 
     def check_connection(self, timeout_s: float = 10.0) -> None:
         """Fail fast, with a message that says what to do, when the broker cannot be reached."""
-        try:
-            self.producer.list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            self.producer.poll(0)  # collect error_cb details, e.g. "Connection refused"
-            if self._auth_error is not None:
-                who = resolve(self.config.security).describe()
-                raise KafkaAuthError(
-                    f"Kafka authentication failed for {who} at {self.config.bootstrap}: "
-                    f"{self._auth_error}"
-                ) from None
-            detail = _kafka_error_text(exc)
-            if self._last_client_error and self._last_client_error not in detail:
-                detail = f"{detail}; last client error: {self._last_client_error}"
-            raise BrokerUnreachableError(
-                f"Kafka broker at {self.config.bootstrap!r} is not reachable "
-                f"(no metadata within {timeout_s:g}s: {detail}). "
-                "Is Kafka running? Try `rankscope services up`, or pass --bootstrap HOST:PORT "
-                "for another broker; if it needs TLS/SASL, set RANKSCOPE_KAFKA_*."
-            ) from exc
+        deadline = time.monotonic() + timeout_s
+        while True:  # short tries: a refused login is reported at once, not at the deadline
+            try:
+                self.producer.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                return
+            except KafkaException as exc:
+                self.producer.poll(0)  # collect error_cb details, e.g. "Connection refused"
+                if self._auth_error is not None:
+                    who = resolve(self.config.security).describe()
+                    raise KafkaAuthError(
+                        f"Kafka authentication failed for {who} at {self.config.bootstrap}: "
+                        f"{self._auth_error}"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    self._unreachable(exc, timeout_s)
+
+    def _unreachable(self, exc: KafkaException, timeout_s: float) -> NoReturn:
+        """The broker did not answer in time: say what to check."""
+        detail = _kafka_error_text(exc)
+        if self._last_client_error and self._last_client_error not in detail:
+            detail = f"{detail}; last client error: {self._last_client_error}"
+        raise BrokerUnreachableError(
+            f"Kafka broker at {self.config.bootstrap!r} is not reachable "
+            f"(no metadata within {timeout_s:g}s: {detail}). "
+            "Is Kafka running? Try `rankscope services up`, or pass --bootstrap HOST:PORT "
+            "for another broker; if it needs TLS/SASL, set RANKSCOPE_KAFKA_*."
+        ) from exc
 
     # ----------------------------------------------------------------- publishing
 

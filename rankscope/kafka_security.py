@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -67,7 +68,10 @@ AUTH_ERROR_CODES = frozenset(
         KafkaError.UNSUPPORTED_SASL_MECHANISM,
     }
 )
+#: librdkafka's own log of a probe: the error it raises says it once, not every retry
 _QUIET = logging.getLogger("rankscope.kafka_security.librdkafka")
+_QUIET.propagate = False
+_QUIET.addHandler(logging.NullHandler())
 
 
 class KafkaAuthError(RuntimeError):
@@ -270,20 +274,24 @@ def check_access(
             **{"error_cb": errors.append, "logger": _QUIET, "socket.timeout.ms": 10_000},
         )
     )
-    failure: str | None = None
-    try:
-        probe.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        failure = str(exc.args[0] if exc.args else exc)
-    probe.poll(0)  # deliver error_cb for what happened meanwhile
-    refused = [e for e in errors if e.code() in AUTH_ERROR_CODES]
-    if refused:
-        reason = refused[-1].str().replace("\n", " ")
-        raise KafkaAuthError(
-            f"Kafka authentication failed for {sec.describe()} at {bootstrap}: {reason}"
-        )
-    if failure is not None:
-        detail = errors[-1].str() if errors else failure
-        raise KafkaUnreachableError(
-            f"Kafka at {bootstrap} did not answer in {timeout_s:g}s as {sec.describe()}: {detail}"
-        )
+    deadline = time.monotonic() + timeout_s
+    failure = "no metadata"
+    while True:  # short tries, so a refused login is reported at once, not at the deadline
+        try:
+            probe.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+            return
+        except KafkaException as exc:
+            failure = str(exc.args[0] if exc.args else exc)
+        probe.poll(0)  # deliver error_cb for what happened meanwhile
+        refused = [e for e in errors if e.code() in AUTH_ERROR_CODES]
+        if refused:
+            reason = refused[-1].str().replace("\n", " ")
+            raise KafkaAuthError(
+                f"Kafka authentication failed for {sec.describe()} at {bootstrap}: {reason}"
+            )
+        if time.monotonic() >= deadline:
+            detail = errors[-1].str() if errors else failure
+            raise KafkaUnreachableError(
+                f"Kafka at {bootstrap} did not answer in {timeout_s:g}s as {sec.describe()}: "
+                f"{detail}"
+            )
