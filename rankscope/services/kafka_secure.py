@@ -11,16 +11,18 @@ and KRaft does not support SCRAM there. That is acceptable for a loopback test b
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rankscope.kafka_security import KafkaSecurity
 
 __all__ = ["SecureListener"]
 
 MECHANISM = "SCRAM-SHA-512"
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/@-]{1,256}")
 
 
 def _inline(pem: str) -> str:
@@ -45,6 +47,16 @@ class SecureListener(BaseModel):
     client_auth: Literal["required", "requested", "none"] = Field(
         default="none", description="'required': mTLS, every client presents a CA-signed cert."
     )
+
+    @field_validator("users")
+    @classmethod
+    def _plain_tokens(cls, users: dict[str, str]) -> dict[str, str]:
+        """Names and passwords go into ``--add-scram name=..,password=..`` and a JAAS line:
+        only characters neither format treats specially."""
+        for text in (*users, *users.values()):
+            if not _TOKEN.fullmatch(text):
+                raise ValueError("SCRAM user names and passwords: letters, digits and ._~+/@-")
+        return users
 
     def broker_config(self, host: str, port: int, controller_port: int) -> dict[str, str]:
         """server.properties entries that replace the PLAINTEXT client listener."""
