@@ -3,6 +3,7 @@ enforces the ACL plan. One broker per module: certificates and users are made at
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from rankscope.collectors.agent.transport import KafkaTransport
 from rankscope.collectors.publisher import Publisher, PublisherConfig
 from rankscope.kafka_acls import Principals, apply_acls
 from rankscope.kafka_admin import create_pipeline_topics
@@ -170,7 +172,9 @@ def test_the_pipeline_runs_end_to_end_with_one_principal_per_stage(
     assert "decided" in stages and len(stages) == 2, stages
 
 
-def test_a_wrong_password_is_one_clear_line_and_a_nonzero_exit(stack: SecureStack) -> None:
+def test_a_wrong_password_is_one_clear_line_and_a_nonzero_exit(
+    stack: SecureStack, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     wrong = stack.login(PRINCIPALS.sink, "not-the-password")
     with pytest.raises(KafkaAuthError) as caught:
         check_access(stack.bootstrap, wrong)
@@ -184,38 +188,44 @@ def test_a_wrong_password_is_one_clear_line_and_a_nonzero_exit(stack: SecureStac
         pub.check_connection(timeout_s=10)
     pub.close(0)
 
-    # the sink process as an operator starts it: security from RANKSCOPE_KAFKA_* only
+    # the agent keeps spooling (nothing is lost) but says once, clearly, why nothing is sent
+    transport = KafkaTransport(
+        PublisherConfig(bootstrap=stack.bootstrap, topic_prefix=stack.topics.prefix, security=wrong)
+    )
+    with caplog.at_level(logging.ERROR, logger="rankscope.collectors.agent.transport"):
+        deadline = time.monotonic() + 30
+        while not [r for r in caplog.records if "authentication failed" in r.getMessage()]:
+            assert time.monotonic() < deadline, "the agent's transport never reported the login"
+            transport.poll(0.2)
+        transport.poll(1.0)  # later refusals are not repeated
+    transport.close(0)
+    said = [r.getMessage() for r in caplog.records if "authentication failed" in r.getMessage()]
+    assert len(said) == 1 and f"user '{PRINCIPALS.sink}'" in said[0], said
+
+    # the sink and the worker as an operator starts them: security from RANKSCOPE_KAFKA_* only
     env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
     env |= wrong.to_env()
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "rankscope",
-            "sink",
-            "--bootstrap",
-            stack.bootstrap,
-            "--clickhouse-url",
-            stack.clickhouse_url,
-            "--topic-prefix",
-            stack.topics.prefix,
-            "--database",
-            stack.topics.prefix,
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
-    assert done.returncode == 3, (done.returncode, done.stderr[-2000:])
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(
-        f"rankscope: Kafka authentication failed for user '{PRINCIPALS.sink}' "
-        f"(SASL_SSL/SCRAM-SHA-512) at {stack.bootstrap}:"
-    ), lines[0]
-    assert "not-the-password" not in done.stderr
+    common = ["--bootstrap", stack.bootstrap, "--topic-prefix", stack.topics.prefix]
+    for argv in (
+        ["sink", *common, "--clickhouse-url", stack.clickhouse_url],
+        ["worker", *common, "--home", str(tmp_path)],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "rankscope", *argv],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 3, (argv[0], done.returncode, done.stderr[-2000:])
+        lines = [line for line in done.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, (argv[0], done.stderr)
+        assert lines[0].startswith(
+            f"rankscope: Kafka authentication failed for user '{PRINCIPALS.sink}' "
+            f"(SASL_SSL/SCRAM-SHA-512) at {stack.bootstrap}:"
+        ), lines[0]
+        assert "not-the-password" not in done.stderr
 
 
 def _read_one(consumer: Consumer, seconds: float) -> bytes | None:
