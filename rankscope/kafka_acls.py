@@ -7,6 +7,8 @@ validate stage checks) and cannot read what the workers derived or write decisio
 * worker: read raw, write derived, read and write its own internal topics, its group;
 * sink: read derived topics, its group;
 * runner: read decisions and write outcomes (both on ``<p>.recovery``), its group;
+* operator: ``rankscope recovery pause|resume|status``: write the control commands, read the
+  recovery topics;
 * admin: a super user on the broker (``super.users``): creates topics and these ACLs.
 
 ``rankscope kafka-acls`` prints the plan or applies it with the admin's credentials.
@@ -32,7 +34,7 @@ from rankscope.schemas.topics import Topics
 
 __all__ = ["AclRule", "Principals", "acl_bindings", "acl_plan", "apply_acls", "format_plan"]
 
-Role = Literal["agent", "worker", "sink", "runner"]
+Role = Literal["agent", "worker", "sink", "runner", "operator"]
 Op = Literal["READ", "WRITE", "DESCRIBE"]
 
 
@@ -45,6 +47,7 @@ class Principals(BaseModel):
     worker: str = "rankscope-worker"
     sink: str = "rankscope-sink"
     runner: str = "rankscope-runner"
+    operator: str = "rankscope-operator"
 
 
 class AclRule(BaseModel):
@@ -107,6 +110,26 @@ def acl_plan(topics: Topics) -> list[AclRule]:
     rules.append(
         AclRule(role="runner", resource="group", name=f"{p}-actuators", operations=("READ",))
     )
+    rules += [
+        topic("operator", topics.recovery_control, "READ", "WRITE", "DESCRIBE"),
+        topic("operator", topics.recovery_input, "WRITE", "DESCRIBE"),
+        topic("operator", topics.recovery, "READ", "DESCRIBE"),
+        # `recovery status` reads whole topics under a throwaway group id
+        AclRule(
+            role="operator",
+            resource="group",
+            name="read-",
+            prefixed=True,
+            operations=("DESCRIBE",),
+        ),
+        AclRule(
+            role="operator",
+            resource="group",
+            name="rankscope-replay-",
+            prefixed=True,
+            operations=("DESCRIBE",),
+        ),
+    ]
     return rules
 
 

@@ -3,6 +3,7 @@ enforces the ACL plan. One broker per module: certificates and users are made at
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -35,6 +36,7 @@ from rankscope.services.clickhouse_local import LocalClickHouse
 from rankscope.services.kafka import LocalKafka
 from rankscope.services.kafka_secure import SecureListener
 from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.streams.recovery.replay import read_partition
 from tests.factories import NOW_NS, gpu_sample, span
 from tests.kafka_pki import Pki, make_pki
 
@@ -89,6 +91,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
         migrate(connect(s.clickhouse_url), tag)
         yield s
     finally:
+        gc.collect()  # clients the tests dropped close while the broker still answers
         clickhouse.stop()
         kafka.stop()
 
@@ -170,6 +173,29 @@ def test_the_pipeline_runs_end_to_end_with_one_principal_per_stage(
         .result_rows
     }
     assert "decided" in stages and len(stages) == 2, stages
+    # the decider's read-back path, as the worker: both records, in order
+    read_back = [
+        RecoveryEvent.model_validate_json(v).stage
+        for p in range(2)
+        for _, v in read_partition(stack.bootstrap, t.recovery, p, security=stack.role("worker"))
+    ]
+    assert read_back[:1] == ["decided"] and len(read_back) == 2, read_back
+
+    # an operator pauses recovery and reads the status with the CLI, as its own principal
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+    env |= stack.role("operator").to_env()
+    where = ["--bootstrap", stack.bootstrap, "--topic-prefix", t.prefix]
+    for argv in (["pause", "--reason", "sasl test"], ["status"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "rankscope", "recovery", *argv, *where],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+            check=False,
+        )
+        assert done.returncode == 0, (argv, done.stdout[-1000:], done.stderr[-2000:])
+    assert "recovery is paused" in done.stdout, done.stdout
 
 
 def test_a_wrong_password_is_one_clear_line_and_a_nonzero_exit(

@@ -28,6 +28,9 @@ def kafka_acls(
     runner: Annotated[str, typer.Option(help="SASL user of the recovery runner.")] = (
         "rankscope-runner"
     ),
+    operator: Annotated[
+        str, typer.Option(help="SASL user of `rankscope recovery pause|resume|status`.")
+    ] = "rankscope-operator",
 ) -> None:
     """Least-privilege ACLs per role: agents write raw, workers read raw and write derived, the
     sink reads derived, the runner reads decisions and writes outcomes. Prints the plan; with
@@ -36,7 +39,7 @@ def kafka_acls(
     from rankscope.schemas.topics import Topics
 
     topics = Topics(prefix)
-    principals = Principals(agent=agent, worker=worker, sink=sink, runner=runner)
+    principals = Principals(agent=agent, worker=worker, sink=sink, runner=runner, operator=operator)
     print(format_plan(topics, principals))
     if apply:
         if not bootstrap:
