@@ -64,12 +64,13 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
 
     from confluent_kafka import Producer
 
-    from rankscope.kafka_security import kafka_config
+    from rankscope.kafka_security import check_access, kafka_config
     from rankscope.schemas.derived import RecoveryControl, RecoveryInput
     from rankscope.schemas.topics import Topics
 
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
     topics = Topics(prefix)
+    check_access(bootstrap)  # a refused login: one line, not a 30 s wait for the flush
     producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
     # the compacted topic keeps the latest command for good (status, a decider rebuilding);
     # the decider's input carries it in order with the findings it applies to
@@ -112,9 +113,11 @@ def status(
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
+    from rankscope.kafka_security import check_access
     from rankscope.schemas.derived import RecoveryControl, RecoveryEvent
     from rankscope.schemas.topics import Topics
 
+    check_access(bootstrap)  # a refused login: one line, not a traceback
     topics = Topics(prefix)
     control = [
         RecoveryControl.model_validate_json(v)
