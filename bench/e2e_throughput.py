@@ -22,6 +22,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer
 
+from rankscope.kafka_security import kafka_config
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rankscope.collectors.publisher import Publisher, PublisherConfig
@@ -63,7 +65,7 @@ def ceiling(cfg: PipelineConfig, expected_events: int) -> float:
     """A bare consumer over the raw topics: read every record, parse its JSON, count events."""
     c = Consumer(
         {
-            "bootstrap.servers": cfg.bootstrap,
+            **kafka_config(cfg.bootstrap),
             "group.id": f"bench-ceiling-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,

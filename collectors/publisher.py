@@ -23,11 +23,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from types import TracebackType
-from typing import Any, Protocol, Self
+from typing import Any, NoReturn, Protocol, Self
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from rankscope.kafka_security import AUTH_ERROR_CODES, KafkaAuthError, KafkaSecurity, resolve
 from rankscope.schemas import Event, Topics, dump_events, partition_key
 
 __all__ = [
@@ -74,8 +75,11 @@ class PublisherConfig(BaseModel):
     delivery_timeout_ms: int = Field(default=30_000, ge=1)
     max_retries: int = Field(default=5, ge=1, description="Idempotence needs at least one.")
     queue_buffering_max_messages: int = Field(default=200_000, ge=1)
+    security: KafkaSecurity | None = Field(
+        default=None, description="TLS/SASL; None: the RANKSCOPE_KAFKA_* environment's."
+    )
     extra: dict[str, str] = Field(
-        default_factory=dict, description="Passed to librdkafka as-is (SASL, TLS, ...)."
+        default_factory=dict, description="Passed to librdkafka as-is, last (overrides)."
     )
 
     @field_validator("compression")
@@ -160,6 +164,7 @@ def producer_settings(
     }
     if error_cb is not None:
         settings["error_cb"] = error_cb
+    settings.update(resolve(config.security).librdkafka())
     settings.update(config.extra)
     return settings
 
@@ -217,6 +222,7 @@ class Publisher:
         self.stats = PublisherStats()
         self._failed_seen = 0
         self._last_client_error: str | None = None
+        self._auth_error: str | None = None
         self._producer: KafkaProducerLike | None = producer_factory(
             producer_settings(config, error_cb=self._on_error)
         )
@@ -262,19 +268,33 @@ class Publisher:
 
     def check_connection(self, timeout_s: float = 10.0) -> None:
         """Fail fast, with a message that says what to do, when the broker cannot be reached."""
-        try:
-            self.producer.list_topics(timeout=timeout_s)
-        except KafkaException as exc:
-            self.producer.poll(0)  # collect error_cb details, e.g. "Connection refused"
-            detail = _kafka_error_text(exc)
-            if self._last_client_error and self._last_client_error not in detail:
-                detail = f"{detail}; last client error: {self._last_client_error}"
-            raise BrokerUnreachableError(
-                f"Kafka broker at {self.config.bootstrap!r} is not reachable "
-                f"(no metadata within {timeout_s:g}s: {detail}). "
-                "Is Kafka running? Try `rankscope services up`, or pass --bootstrap HOST:PORT "
-                "for another broker; if it needs SASL/TLS, set those settings in `extra`."
-            ) from exc
+        deadline = time.monotonic() + timeout_s
+        while True:  # short tries: a refused login is reported at once, not at the deadline
+            try:
+                self.producer.list_topics(timeout=min(1.0, max(0.1, deadline - time.monotonic())))
+                return
+            except KafkaException as exc:
+                self.producer.poll(0)  # collect error_cb details, e.g. "Connection refused"
+                if self._auth_error is not None:
+                    who = resolve(self.config.security).describe()
+                    raise KafkaAuthError(
+                        f"Kafka authentication failed for {who} at {self.config.bootstrap}: "
+                        f"{self._auth_error}"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    self._unreachable(exc, timeout_s)
+
+    def _unreachable(self, exc: KafkaException, timeout_s: float) -> NoReturn:
+        """The broker did not answer in time: say what to check."""
+        detail = _kafka_error_text(exc)
+        if self._last_client_error and self._last_client_error not in detail:
+            detail = f"{detail}; last client error: {self._last_client_error}"
+        raise BrokerUnreachableError(
+            f"Kafka broker at {self.config.bootstrap!r} is not reachable "
+            f"(no metadata within {timeout_s:g}s: {detail}). "
+            "Is Kafka running? Try `rankscope services up`, or pass --bootstrap HOST:PORT "
+            "for another broker; if it needs TLS/SASL, set RANKSCOPE_KAFKA_*."
+        ) from exc
 
     # ----------------------------------------------------------------- publishing
 
@@ -359,6 +379,8 @@ class Publisher:
     def _on_error(self, err: KafkaError) -> None:
         # Client-level errors (connection refused, auth failures); librdkafka keeps retrying.
         self._last_client_error = f"{err.name()}: {err.str()}"
+        if err.code() in AUTH_ERROR_CODES:
+            self._auth_error = err.str().replace("\n", " ")
         log.debug("kafka client error: %s", self._last_client_error)
 
 

@@ -20,6 +20,7 @@ from rich.table import Table
 
 from rankscope.collectors.publisher import Publisher
 from rankscope.incident_report import write_incident_report
+from rankscope.kafka_security import kafka_config
 from rankscope.pipeline import Pipeline
 from rankscope.plots import heatmap_png, timeline_png
 from rankscope.schemas.envelope import kind_of
@@ -198,7 +199,7 @@ def _publish(
 def _inject_bad(settings: Settings, bootstrap: str, job_id: str) -> int:
     """Send malformed records with a bare producer, as a broken collector would."""
     topic = settings.topics.raw
-    p = Producer({"bootstrap.servers": bootstrap})
+    p = Producer(kafka_config(bootstrap))
     for _, value in BAD_RECORDS:
         p.produce(topic, key=job_id.encode(), value=value)
     p.flush(30)

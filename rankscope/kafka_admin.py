@@ -8,6 +8,7 @@ import uuid
 from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.schemas.topics import Topics
 from rankscope.services.kafka import ensure_topics
 from rankscope.streams.recovery.replay import read_partition
@@ -25,7 +26,11 @@ STATE_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
 def create_pipeline_topics(
-    bootstrap: str, topics: Topics, partitions: int = 4, timeout_s: float = 30.0
+    bootstrap: str,
+    topics: Topics,
+    partitions: int = 4,
+    timeout_s: float = 30.0,
+    security: KafkaSecurity | None = None,
 ) -> None:
     """Create every topic of the pipeline (idempotent) and wait until metadata shows them.
 
@@ -33,7 +38,9 @@ def create_pipeline_topics(
     the operators' commands are compacted, so the latest pause or resume is kept for good."""
     single = (topics.recovery_input, topics.recovery_control)
     many = [t for t in topics.all if t not in (*single, topics.worker_state)]
-    ensure_topics(bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s)
+    ensure_topics(
+        bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s, security=security
+    )
     # one partition per events partition (a snapshot goes to its partition's number); only the
     # newest snapshot is read, older ones age out
     ensure_topics(
@@ -41,13 +48,21 @@ def create_pipeline_topics(
         {topics.worker_state: partitions},
         config={**TOPIC_CONFIG, "retention.ms": str(STATE_RETENTION_MS)},
         timeout_s=timeout_s,
+        security=security,
     )
-    ensure_topics(bootstrap, {topics.recovery_input: 1}, config=TOPIC_CONFIG, timeout_s=timeout_s)
+    ensure_topics(
+        bootstrap,
+        {topics.recovery_input: 1},
+        config=TOPIC_CONFIG,
+        timeout_s=timeout_s,
+        security=security,
+    )
     ensure_topics(
         bootstrap,
         {topics.recovery_control: 1},
         config={**TOPIC_CONFIG, "cleanup.policy": "compact"},
         timeout_s=timeout_s,
+        security=security,
     )
 
 
@@ -56,7 +71,12 @@ _COORDINATOR_ERRORS = frozenset({14, 15, 16})
 
 
 def group_lag(
-    bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float = 10, attempts: int = 5
+    bootstrap: str,
+    group_id: str,
+    topic_names: list[str],
+    timeout_s: float = 10,
+    attempts: int = 5,
+    security: KafkaSecurity | None = None,
 ) -> int:
     """Records on ``topic_names`` not yet committed by ``group_id`` (uncommitted = all).
 
@@ -65,7 +85,7 @@ def group_lag(
     """
     for attempt in range(attempts):
         try:
-            return _group_lag_once(bootstrap, group_id, topic_names, timeout_s)
+            return _group_lag_once(bootstrap, group_id, topic_names, timeout_s, security)
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             code = err.code() if err is not None else None
@@ -76,14 +96,23 @@ def group_lag(
     raise AssertionError("unreachable")
 
 
-def _group_lag_once(bootstrap: str, group_id: str, topic_names: list[str], timeout_s: float) -> int:
+def _group_lag_once(
+    bootstrap: str,
+    group_id: str,
+    topic_names: list[str],
+    timeout_s: float,
+    security: KafkaSecurity | None,
+) -> int:
     probe = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group_id,
-            "enable.auto.commit": False,
-            "client.id": f"rankscope-lag-{uuid.uuid4().hex[:6]}",
-        }
+        kafka_config(
+            bootstrap,
+            security,
+            **{
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "client.id": f"rankscope-lag-{uuid.uuid4().hex[:6]}",
+            },
+        )
     )
     try:
         md = probe.list_topics(timeout=timeout_s)
@@ -105,10 +134,13 @@ def _group_lag_once(bootstrap: str, group_id: str, topic_names: list[str], timeo
 
 
 def end_offsets(
-    bootstrap: str, topic_names: list[str], timeout_s: float = 10
+    bootstrap: str,
+    topic_names: list[str],
+    timeout_s: float = 10,
+    security: KafkaSecurity | None = None,
 ) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the offset the next record will get, for every partition now."""
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-ends"})
+    probe = Consumer(kafka_config(bootstrap, security, **{"group.id": "rankscope-ends"}))
     try:
         md = probe.list_topics(timeout=timeout_s)
         return {
@@ -122,11 +154,15 @@ def end_offsets(
 
 
 def committed_offsets(
-    bootstrap: str, group_id: str, partitions: list[tuple[str, int]], timeout_s: float = 10
+    bootstrap: str,
+    group_id: str,
+    partitions: list[tuple[str, int]],
+    timeout_s: float = 10,
+    security: KafkaSecurity | None = None,
 ) -> dict[tuple[str, int], int]:
     """(topic, partition) -> ``group_id``'s committed offset (-1: none yet)."""
     probe = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
+        kafka_config(bootstrap, security, **{"group.id": group_id, "enable.auto.commit": False})
     )  # never subscribes: it reads the group's offsets without joining it
     try:
         found = probe.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
@@ -135,9 +171,14 @@ def committed_offsets(
         probe.close()
 
 
-def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float = 10) -> int:
+def topic_record_count(
+    bootstrap: str,
+    topic_names: list[str],
+    timeout_s: float = 10,
+    security: KafkaSecurity | None = None,
+) -> int:
     """Records currently in ``topic_names`` (high minus low watermark over partitions)."""
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-count"})
+    probe = Consumer(kafka_config(bootstrap, security, **{"group.id": "rankscope-count"}))
     try:
         md = probe.list_topics(timeout=timeout_s)
         total = 0
@@ -152,17 +193,25 @@ def topic_record_count(bootstrap: str, topic_names: list[str], timeout_s: float 
         probe.close()
 
 
-_GROUP_ADMINS: dict[str, AdminClient] = {}
+_GROUP_ADMINS: dict[tuple[str, ...], AdminClient] = {}
 
 
-def group_stable(bootstrap: str, group_id: str, members: int = 1, timeout_s: float = 5.0) -> bool:
+def group_stable(
+    bootstrap: str,
+    group_id: str,
+    members: int = 1,
+    timeout_s: float = 5.0,
+    security: KafkaSecurity | None = None,
+) -> bool:
     """True once ``group_id`` has at least ``members`` members and has finished rebalancing
     (partitions assigned)."""
     # One long-lived client per cluster: a fresh client's describe timed out every time here
     # (it was still finding the group coordinator), so `rankscope eval` never saw the worker.
-    admin = _GROUP_ADMINS.get(bootstrap)
+    conf = kafka_config(bootstrap, security)
+    key = tuple(f"{k}={v}" for k, v in sorted(conf.items()))
+    admin = _GROUP_ADMINS.get(key)
     if admin is None:
-        admin = _GROUP_ADMINS[bootstrap] = AdminClient({"bootstrap.servers": bootstrap})
+        admin = _GROUP_ADMINS[key] = AdminClient(conf)
     future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
     try:
         desc = future.result(timeout=timeout_s)
@@ -171,14 +220,16 @@ def group_stable(bootstrap: str, group_id: str, members: int = 1, timeout_s: flo
     return bool(desc.state == ConsumerGroupState.STABLE and len(desc.members) >= max(1, members))
 
 
-def read_topic(bootstrap: str, topic: str) -> list[bytes]:
+def read_topic(bootstrap: str, topic: str, security: KafkaSecurity | None = None) -> list[bytes]:
     """Every record of a topic from its start to its end now, in record-time order."""
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}"})
+    probe = Consumer(kafka_config(bootstrap, security, **{"group.id": f"read-{uuid.uuid4().hex}"}))
     try:
         meta = probe.list_topics(topic, timeout=10).topics.get(topic)
     finally:
         probe.close()
     if meta is None or meta.error is not None:
         return []
-    records = [r for p in meta.partitions for r in read_partition(bootstrap, topic, p)]
+    records = [
+        r for p in meta.partitions for r in read_partition(bootstrap, topic, p, security=security)
+    ]
     return [value for _, value in sorted(records, key=lambda r: r[0])]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rankscope.kafka_admin import group_lag, group_stable
+from rankscope.kafka_security import ENV_PREFIX, KafkaSecurity
 from rankscope.schemas.topics import Topics
 
 
@@ -25,18 +26,24 @@ class StageProcess:
     argv: list[str]
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
+    #: this process's Kafka login; None: the RANKSCOPE_KAFKA_* it inherits
+    security: KafkaSecurity | None = None
     proc: subprocess.Popen[bytes] | None = None
     killed: bool = False  # stopped on purpose with kill() (a crash a test made)
 
     def start(self) -> None:
         self.killed = False
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        if self.security is not None:  # its own principal replaces whatever we inherited
+            env = {k: v for k, v in env.items() if not k.startswith(ENV_PREFIX)}
+            env.update(self.security.to_env())
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             self.argv,
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **self.env},
+            env={**env, **self.env},
             start_new_session=True,
         )
         log.close()
@@ -85,6 +92,10 @@ class PipelineConfig:
     env: dict[str, str] = field(default_factory=dict)
     #: run the recovery actuator (a replay does not: it must not act on the past)
     actuators: bool = True
+    #: Kafka login of this process's probes (lag, group state); None: the environment's
+    security: KafkaSecurity | None = None
+    #: Kafka login per stage process ("worker", "sink", "actuators"); absent: inherited
+    stage_security: dict[str, KafkaSecurity] = field(default_factory=dict)
 
     @property
     def topics(self) -> Topics:
@@ -129,10 +140,14 @@ class Pipeline:
                 str(config.sink_max_batch_rows),
             ],
             logs / "sink.log",
+            security=config.stage_security.get("sink"),
         )
         # recovery decisions through the dry-run actuator (the policy's default mode)
         self.actuators = StageProcess(
-            "actuators", [*cli, "recovery", "run", *config.common_args()], logs / "actuators.log"
+            "actuators",
+            [*cli, "recovery", "run", *config.common_args()],
+            logs / "actuators.log",
+            security=config.stage_security.get("actuators"),
         )
 
     @property
@@ -149,6 +164,7 @@ class Pipeline:
             [sys.executable, "-m", "rankscope", "worker", *config.common_args()],
             config.home / "logs" / ("worker.log" if i == 1 else f"worker-{i}.log"),
             {**config.env, "RANKSCOPE_WORKER_DATA_DIR": str(config.home / f"faust-{i}")},
+            security=config.stage_security.get("worker"),
         )
 
     def add_worker(self) -> StageProcess:
@@ -182,7 +198,13 @@ class Pipeline:
     def lag(self) -> tuple[int, int]:
         """(stream worker lag on raw+events topics, sink lag on its topics)."""
         t = self.config.topics
-        worker = group_lag(self.config.bootstrap, self.config.streams_group, [*t.all_raw, t.events])
+        sec = self.config.security
+        worker = group_lag(
+            self.config.bootstrap,
+            self.config.streams_group,
+            [*t.all_raw, t.events],
+            security=sec,
+        )
         sink = group_lag(
             self.config.bootstrap,
             self.config.sink_group,
@@ -197,9 +219,15 @@ class Pipeline:
                 t.redaction_audit,
                 t.recovery,
             ],
+            security=sec,
         )
         actuators = (
-            group_lag(self.config.bootstrap, f"{self.config.topic_prefix}-actuators", [t.recovery])
+            group_lag(
+                self.config.bootstrap,
+                f"{self.config.topic_prefix}-actuators",
+                [t.recovery],
+                security=sec,
+            )
             if self.config.actuators
             else 0
         )
@@ -214,7 +242,12 @@ class Pipeline:
         """
         deadline = time.monotonic() + timeout_s
         live = [w for w in self.workers if w.proc is not None and not w.killed]
-        while not group_stable(self.config.bootstrap, self.config.streams_group, len(live)):
+        while not group_stable(
+            self.config.bootstrap,
+            self.config.streams_group,
+            len(live),
+            security=self.config.security,
+        ):
             for worker in live:
                 if not worker.alive:
                     raise RuntimeError(

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rankscope.collectors.publisher import PublisherConfig
+from rankscope.kafka_security import KafkaSecurity, security_from_env
 from rankscope.schemas.topics import Topics
 from rankscope.sinks.kafka_sink import SinkConfig
 from rankscope.streams.config import (
@@ -50,6 +51,11 @@ class Settings(BaseSettings):
     @property
     def topics(self) -> Topics:
         return Topics(self.topic_prefix, self.raw_topic_prefix)
+
+    @property
+    def kafka_security(self) -> KafkaSecurity:
+        """TLS/SASL of every Kafka client: RANKSCOPE_KAFKA_* over RANKSCOPE_KAFKA_CONFIG_FILE."""
+        return security_from_env()
 
     def publisher(self, bootstrap: str) -> PublisherConfig:
         return PublisherConfig(bootstrap=bootstrap, topic_prefix=self.topic_prefix)

@@ -19,6 +19,7 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
 
+from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
 from rankscope.schemas.derived import (
     DeadLetter,
     Detection,
@@ -61,6 +62,9 @@ class SinkConfig(BaseModel):
     insert_retries: int = Field(default=5, ge=0)
     migrate: bool = True
     consumer_extra: dict[str, str] = Field(default_factory=dict)
+    security: KafkaSecurity | None = Field(
+        default=None, description="TLS/SASL; None: the RANKSCOPE_KAFKA_* environment's."
+    )
 
     @property
     def topics(self) -> Topics:
@@ -116,7 +120,7 @@ class ClickHouseSink:
             topics.recovery: self._decode_model(RecoveryEvent, RECOVERY_TABLE),
         }
         consumer_conf: dict[str, Any] = {
-            "bootstrap.servers": config.bootstrap,
+            **kafka_config(config.bootstrap, config.security),
             "group.id": config.group_id,
             "enable.auto.commit": False,
             "enable.auto.offset.store": True,
@@ -264,6 +268,7 @@ class ClickHouseSink:
 
 def run_sink(config: SinkConfig) -> SinkStats:
     """Run in the foreground until SIGTERM/SIGINT (what ``rankscope sink`` does)."""
+    check_access(config.bootstrap, config.security)  # a refused login: one line, not retries
     sink = ClickHouseSink(config)
 
     def _handle(signum: int, frame: FrameType | None) -> None:

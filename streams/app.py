@@ -17,6 +17,7 @@ from typing import Any
 
 import faust
 
+from rankscope.kafka_security import check_access, faust_credentials
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.recovery import DeciderHost
@@ -48,6 +49,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     app = faust.App(
         config.app_id,
         broker=faust_broker_url(config.bootstrap),
+        broker_credentials=faust_credentials(),  # TLS/SASL from RANKSCOPE_KAFKA_*
         store="memory://",
         datadir=str(config.data_dir),
         web_enabled=False,
@@ -145,6 +147,7 @@ def tune_gc() -> None:
 def run_worker(config: StreamsConfig) -> None:
     """Run one worker in the foreground until SIGTERM/SIGINT (what ``rankscope worker`` does)."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
+    check_access(config.bootstrap)  # a refused login: one line and an exit, not endless retries
     app, _ = create_app(config)
     tune_gc()
     worker = faust.Worker(app, loglevel=config.log_level, quiet=True, redirect_stdouts=False)

@@ -32,6 +32,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from rankscope.kafka_security import kafka_config
 from rankscope.streams.analysis.job import JobAnalyzer
 from rankscope.streams.recovery.replay import read_partition
 
@@ -149,7 +150,7 @@ def load_latest(bootstrap: str, topic: str, partition: int, key: bytes) -> Parti
             v for _, v in read_partition(bootstrap, topic, partition, 0, end, start_offset=start)
         ]
 
-    probe = Consumer({"bootstrap.servers": bootstrap, "group.id": "rankscope-state"})
+    probe = Consumer(kafka_config(bootstrap, **{"group.id": "rankscope-state"}))
     try:
         low, end = probe.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
     finally:

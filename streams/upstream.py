@@ -17,6 +17,8 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, TopicPartition
 
+from rankscope.kafka_security import kafka_config
+
 
 class Upstream(Protocol):
     """The raw side of a job, as the analysis stage asks about it (``where``: "topic:partition")."""
@@ -33,7 +35,7 @@ class RawProgress:
     def __init__(self, bootstrap: str, group_id: str, timeout_s: float = 10.0):
         self.timeout_s = timeout_s
         self._client = Consumer(
-            {"bootstrap.servers": bootstrap, "group.id": group_id, "enable.auto.commit": False}
+            kafka_config(bootstrap, **{"group.id": group_id, "enable.auto.commit": False})
         )
         self._lock = asyncio.Lock()  # one blocking call at a time on the client
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from rankscope.collectors.publisher import CONTENT_TYPE_HEADER, PublisherConfig, producer_settings
+from rankscope.kafka_security import AUTH_ERROR_CODES, resolve
 
 __all__ = [
     "DeliveryCallback",
@@ -125,6 +126,7 @@ class KafkaTransport:
         self.config = config
         self._fatal: str | None = None
         self.last_client_error: str | None = None
+        self._auth_reported = False
         settings = producer_settings(config, error_cb=self._on_error)
         settings["logger"] = _LIBRDKAFKA_LOG
         self._producer = producer_factory(settings)
@@ -180,6 +182,17 @@ class KafkaTransport:
         if err.fatal():
             self._fatal = self.last_client_error
             log.error("fatal Kafka producer error: %s", self.last_client_error)
+        elif err.code() in AUTH_ERROR_CODES and not self._auth_reported:
+            # once per transport: the agent keeps spooling (nothing is lost) until the
+            # credentials are fixed, so it says so clearly instead of exiting
+            self._auth_reported = True
+            who = resolve(self.config.security).describe()
+            log.error(
+                "Kafka authentication failed for %s at %s: %s; telemetry stays in the spool",
+                who,
+                self.config.bootstrap,
+                err.str().replace("\n", " "),
+            )
         else:
             log.debug("kafka client error: %s", self.last_client_error)
 

@@ -7,6 +7,8 @@ Each command module defines its commands (or its group's ``typer.Typer``) and im
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
 from rankscope.cli import (
@@ -16,6 +18,7 @@ from rankscope.cli import (
     evaluation,
     grafana,
     incidents,
+    kafka,
     recovery,
     redaction,
     replay,
@@ -44,6 +47,7 @@ app.command()(incidents.incidents)
 app.command()(replay.replay)
 app.command("schemas-export")(schemas.schemas_export)
 app.command("agent")(agent.agent)
+app.command("kafka-acls")(kafka.kafka_acls)
 
 app.add_typer(services.services_app, name="services")
 app.add_typer(grafana.grafana_app, name="grafana")
@@ -52,4 +56,11 @@ app.add_typer(recovery.recovery_app, name="recovery")
 
 
 def main() -> None:
-    app()
+    from rankscope.kafka_security import KafkaAuthError, KafkaUnreachableError
+
+    try:
+        app()
+    except (KafkaAuthError, KafkaUnreachableError) as exc:
+        # one line an operator can act on (wrong password, CA, broker down), not a traceback
+        print(f"rankscope: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(3) from None

@@ -64,12 +64,14 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
 
     from confluent_kafka import Producer
 
+    from rankscope.kafka_security import check_access, kafka_config
     from rankscope.schemas.derived import RecoveryControl, RecoveryInput
     from rankscope.schemas.topics import Topics
 
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
     topics = Topics(prefix)
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    check_access(bootstrap)  # a refused login: one line, not a 30 s wait for the flush
+    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
     # the compacted topic keeps the latest command for good (status, a decider rebuilding);
     # the decider's input carries it in order with the findings it applies to
     producer.produce(topics.recovery_control, key=b"pause", value=command.model_dump_json())
@@ -111,9 +113,11 @@ def status(
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
+    from rankscope.kafka_security import check_access
     from rankscope.schemas.derived import RecoveryControl, RecoveryEvent
     from rankscope.schemas.topics import Topics
 
+    check_access(bootstrap)  # a refused login: one line, not a traceback
     topics = Topics(prefix)
     control = [
         RecoveryControl.model_validate_json(v)
@@ -156,6 +160,7 @@ def run(
     """Run recovery decisions through an actuator, each key at most once (ledger in HOME)."""
     from confluent_kafka import Consumer, KafkaError, Producer
 
+    from rankscope.kafka_security import check_access, kafka_config
     from rankscope.schemas.derived import RecoveryEvent
     from rankscope.schemas.topics import Topics
     from rankscope.sinks.actuators.base import Actuator, ActuatorRunner, Ledger
@@ -187,9 +192,10 @@ def run(
         raise typer.BadParameter("dry-run, webhook, slurm or kubernetes", param_hint="--actuator")
     runner = ActuatorRunner(act, Ledger(home / "recovery-ledger.db"))
     topic = Topics(prefix).recovery
+    check_access(bootstrap)  # a refused login: one line and an exit, not endless retries
     consumer = Consumer(
         {
-            "bootstrap.servers": bootstrap,
+            **kafka_config(bootstrap),
             "group.id": f"{prefix}-actuators",
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -198,7 +204,7 @@ def run(
             "session.timeout.ms": 10_000,
         }
     )
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
     consumer.subscribe([topic])
     stop = False
 

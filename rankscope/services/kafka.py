@@ -27,6 +27,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the admin package re-exports it without __all__
 
+from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.services._common import (
     Progress,
     ServiceError,
@@ -38,6 +39,7 @@ from rankscope.services._common import (
     tail,
     terminate,
 )
+from rankscope.services.kafka_secure import SecureListener
 
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
@@ -185,16 +187,18 @@ def new_cluster_id() -> str:
             return text
 
 
-def _admin(bootstrap: str) -> AdminClient:
+def _admin(bootstrap: str, security: KafkaSecurity | None = None) -> AdminClient:
     # A logger that nobody polls keeps librdkafka's "connection refused" chatter off stderr.
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap, "logger": _QUIET}
+    config: dict[str, Any] = kafka_config(bootstrap, security, logger=_QUIET)
     return AdminClient(config)
 
 
-def kafka_healthy(bootstrap: str, timeout_s: float = 3.0) -> bool:
+def kafka_healthy(
+    bootstrap: str, timeout_s: float = 3.0, security: KafkaSecurity | None = None
+) -> bool:
     """True when the cluster at bootstrap answers a metadata request with at least one broker."""
     try:
-        metadata = _admin(bootstrap).list_topics(timeout=timeout_s)
+        metadata = _admin(bootstrap, security).list_topics(timeout=timeout_s)
     except KafkaException:
         return False
     return bool(metadata.brokers)
@@ -214,6 +218,7 @@ class LocalKafka:
         heap: str = "768m",
         extra_config: Mapping[str, str] | None = None,
         progress: Progress | None = None,
+        secure: SecureListener | None = None,
     ) -> None:
         self._owns_dir = data_dir is None
         self.data_dir = (
@@ -227,6 +232,8 @@ class LocalKafka:
         self.version = version
         self.heap = heap
         self.extra_config = dict(extra_config or {})
+        #: a SASL_SSL client listener instead of PLAINTEXT (kafka_secure.py)
+        self.secure = secure
         self.progress = progress
         self.pid: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -235,6 +242,11 @@ class LocalKafka:
     @property
     def bootstrap(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def admin_security(self) -> KafkaSecurity | None:
+        """How this object's own probes log in: the admin user on a secure listener."""
+        return self.secure.admin() if self.secure is not None else None
 
     @property
     def log_dir(self) -> Path:
@@ -270,7 +282,7 @@ class LocalKafka:
         return pid_matches(self.pid, "kafka.Kafka", str(self.server_properties))
 
     def healthy(self, timeout_s: float = 3.0) -> bool:
-        return self.running and kafka_healthy(self.bootstrap, timeout_s)
+        return self.running and kafka_healthy(self.bootstrap, timeout_s, self.admin_security)
 
     def start(self, timeout_s: float = 60) -> Self:
         """Write the config, format storage on first use, launch, and wait for readiness."""
@@ -357,6 +369,8 @@ class LocalKafka:
             "replica.fetch.max.bytes": "8388608",
             "log.retention.hours": "168",
         }
+        if self.secure is not None:
+            config.update(self.secure.broker_config(HOST, self.port, self.controller_port))
         config.update(self.extra_config)
         return config
 
@@ -379,6 +393,7 @@ class LocalKafka:
             new_cluster_id(),
             "-c",
             str(self.server_properties),
+            *(self.secure.format_args() if self.secure is not None else []),
         ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
@@ -408,7 +423,7 @@ class LocalKafka:
                     f"Kafka broker exited during startup (code {code})\n{self._logs()}"
                 )
             if admin is None and port_open(HOST, self.port):
-                admin = _admin(self.bootstrap)
+                admin = _admin(self.bootstrap, self.admin_security)
             if admin is not None:
                 remaining = max(0.5, min(2.0, deadline - time.monotonic()))
                 with contextlib.suppress(KafkaException):
@@ -429,6 +444,7 @@ def ensure_topics(
     partitions: int = 4,
     config: dict[str, str] | None = None,
     timeout_s: float = 30,
+    security: KafkaSecurity | None = None,
 ) -> None:
     """Create missing topics (existing ones are left alone) and wait until metadata shows them.
 
@@ -438,7 +454,7 @@ def ensure_topics(
     wanted = dict(topics) if isinstance(topics, dict) else dict.fromkeys(topics, partitions)
     if not wanted:
         return
-    admin = _admin(bootstrap)
+    admin = _admin(bootstrap, security)
     deadline = time.monotonic() + timeout_s
     new = [
         NewTopic(name, num_partitions=count, replication_factor=-1, config=dict(config or {}))

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from rankscope.kafka_security import KafkaSecurity, kafka_config
+
 
 def read_partition(
     bootstrap: str,
@@ -18,18 +20,22 @@ def read_partition(
     end_offset: int | None = None,
     timeout_s: float = 60.0,
     start_offset: int | None = None,
+    security: KafkaSecurity | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """(record time ms, value) of ``topic``/``partition`` from the first record at or after
     ``since_ms`` (or from ``start_offset``) up to ``end_offset`` (exclusive; None: the end
     now), in offset order. Stops at the partition's end too, so a compacted topic's gaps below
     the end do not stall it."""
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"rankscope-replay-{uuid.uuid4().hex}",  # never commits
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
+        kafka_config(
+            bootstrap,
+            security,
+            **{
+                "group.id": f"rankscope-replay-{uuid.uuid4().hex}",  # never commits
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            },
+        )
     )
     try:
         low, high = consumer.get_watermark_offsets(
@@ -74,7 +80,7 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int) -> 
     """Where ``group`` resumes on ``topic``/``partition``: its committed offset, or the
     partition's start when it never committed (the workers read from the earliest)."""
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        kafka_config(bootstrap, **{"group.id": group, "enable.auto.commit": False})
     )  # never subscribes: it reads the group's offsets without joining it
     try:
         tp = TopicPartition(topic, partition)

@@ -1,0 +1,48 @@
+"""``rankscope kafka-acls``: print the Kafka ACL plan, or apply it as the admin principal."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from rankscope.cli.options import PrefixOpt, console
+
+
+def kafka_acls(
+    prefix: PrefixOpt = "rankscope",
+    bootstrap: Annotated[
+        str | None,
+        typer.Option(
+            "--bootstrap", envvar="RANKSCOPE_BOOTSTRAP", help="Apply to this cluster (admin)."
+        ),
+    ] = None,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Create the ACLs (RANKSCOPE_KAFKA_* as the admin).")
+    ] = False,
+    agent: Annotated[str, typer.Option(help="SASL user of the node agents.")] = "rankscope-agent",
+    worker: Annotated[str, typer.Option(help="SASL user of the stream workers.")] = (
+        "rankscope-worker"
+    ),
+    sink: Annotated[str, typer.Option(help="SASL user of the ClickHouse sink.")] = "rankscope-sink",
+    runner: Annotated[str, typer.Option(help="SASL user of the recovery runner.")] = (
+        "rankscope-runner"
+    ),
+    operator: Annotated[
+        str, typer.Option(help="SASL user of `rankscope recovery pause|resume|status`.")
+    ] = "rankscope-operator",
+) -> None:
+    """Least-privilege ACLs per role: agents write raw, workers read raw and write derived, the
+    sink reads derived, the runner reads decisions and writes outcomes. Prints the plan; with
+    --apply also creates it on --bootstrap."""
+    from rankscope.kafka_acls import Principals, apply_acls, format_plan
+    from rankscope.schemas.topics import Topics
+
+    topics = Topics(prefix)
+    principals = Principals(agent=agent, worker=worker, sink=sink, runner=runner, operator=operator)
+    print(format_plan(topics, principals))
+    if apply:
+        if not bootstrap:
+            raise typer.BadParameter("--apply needs --bootstrap", param_hint="--bootstrap")
+        count = apply_acls(bootstrap, topics, principals)
+        console.print(f"{count} ACL bindings created on {bootstrap}")
