@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
@@ -59,15 +59,17 @@ def history(
     console.print(f"{len(rows)} record(s)")
 
 
-def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
+def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path) -> None:
     import getpass
 
     from confluent_kafka import Producer
 
     from rankscope.schemas.derived import RecoveryControl, RecoveryInput
     from rankscope.schemas.topics import Topics
+    from rankscope.streams.recovery.signing import load_keyring
 
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
+    command = load_keyring(home / "recovery.key").sign(command)  # the decider obeys only these
     topics = Topics(prefix)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     # the compacted topic keeps the latest command for good (status, a decider rebuilding);
@@ -85,9 +87,10 @@ def pause(
     bootstrap: RequiredBootstrapOpt,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
     prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Stop automated actions: the decider records matches as suppressed until resumed."""
-    _control(bootstrap, prefix, True, reason)
+    _control(bootstrap, prefix, True, reason, home)
     console.print("recovery paused (the decider reads it from <prefix>.recovery_input)")
 
 
@@ -96,9 +99,10 @@ def resume(
     bootstrap: RequiredBootstrapOpt,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
     prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Let the decider act again."""
-    _control(bootstrap, prefix, False, reason)
+    _control(bootstrap, prefix, False, reason, home)
     console.print("recovery resumed")
 
 
@@ -134,11 +138,6 @@ def status(
     console.print(table)
 
 
-def _log_line(record: dict[str, object]) -> None:
-    """One JSON object per line (not wrapped like rich's console output), for log shippers."""
-    print(json.dumps(record), flush=True)
-
-
 @recovery_app.command()
 def run(
     bootstrap: RequiredBootstrapOpt,
@@ -149,14 +148,34 @@ def run(
     ] = "dry-run",
     webhook_url: Annotated[
         str | None,
-        typer.Option(help="Webhook for --actuator webhook, and for escalations with the others."),
+        typer.Option(
+            help="Webhook for --actuator webhook, and for escalations with the others (a "
+            "secret: prefer the environment variable; it is never printed or recorded).",
+            envvar="RANKSCOPE_WEBHOOK_URL",
+            show_default=False,
+        ),
     ] = None,
     namespace: Annotated[str, typer.Option(help="Kubernetes namespace of the jobs.")] = "default",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Run nothing, whatever the decisions' mode.")
+    ] = False,
+    max_age_s: Annotated[
+        float, typer.Option(help="Refuse decisions signed longer ago (plus their backoff).")
+    ] = 600.0,
+    scontrol: Annotated[str, typer.Option(help="The scontrol program.")] = "scontrol",
+    scancel: Annotated[str, typer.Option(help="The scancel program.")] = "scancel",
+    kube_api_server: Annotated[
+        str, typer.Option(help="Kubernetes API server.")
+    ] = "https://kubernetes.default.svc",
+    kube_token_file: Annotated[Path, typer.Option(help="Service-account token file.")] = Path(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    ),
 ) -> None:
-    """Run recovery decisions through an actuator, each key at most once (ledger in HOME)."""
-    from confluent_kafka import Consumer, KafkaError, Producer
+    """Run signed recovery decisions through an actuator, each key at most once (ledger and
+    signing key in HOME); refusals (unsigned, forged, replayed, expired, invalid identifiers)
+    are recorded as outcomes. A decision decided in dry_run mode runs nothing."""
+    from confluent_kafka import Consumer, Producer
 
-    from rankscope.schemas.derived import RecoveryEvent
     from rankscope.schemas.topics import Topics
     from rankscope.sinks.actuators.base import Actuator, ActuatorRunner, Ledger
     from rankscope.sinks.actuators.cluster import (
@@ -164,9 +183,12 @@ def run(
         KubernetesConfig,
         RoutingActuator,
         SlurmActuator,
+        SlurmConfig,
     )
     from rankscope.sinks.actuators.dryrun import DryRunActuator
+    from rankscope.sinks.actuators.loop import run_loop
     from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
+    from rankscope.streams.recovery.signing import load_keyring
 
     act: Actuator
     pager: Actuator = (
@@ -179,13 +201,21 @@ def run(
     elif actuator == "dry-run":
         act = DryRunActuator()
     elif actuator == "slurm":
-        act = RoutingActuator({"escalate": pager}, default=SlurmActuator())
+        slurm = SlurmActuator(SlurmConfig(scontrol=scontrol, scancel=scancel))
+        act = RoutingActuator({"escalate": pager}, default=slurm)
     elif actuator == "kubernetes":
-        k8s = KubernetesActuator(KubernetesConfig(namespace=namespace))
+        k8s = KubernetesActuator(
+            KubernetesConfig(
+                namespace=namespace, api_server=kube_api_server, token_file=kube_token_file
+            )
+        )
         act = RoutingActuator({"escalate": pager, "dump_stacks": pager}, default=k8s)
     else:
         raise typer.BadParameter("dry-run, webhook, slurm or kubernetes", param_hint="--actuator")
-    runner = ActuatorRunner(act, Ledger(home / "recovery-ledger.db"))
+    keyring = load_keyring(home / "recovery.key")
+    runner = ActuatorRunner(
+        act, Ledger(home / "recovery-ledger.db"), keyring, max_age_s=max_age_s, dry_run=dry_run
+    )
     topic = Topics(prefix).recovery
     consumer = Consumer(
         {
@@ -199,7 +229,6 @@ def run(
         }
     )
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    consumer.subscribe([topic])
     stop = False
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -208,45 +237,4 @@ def run(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    waiting: list[RecoveryEvent] = []  # decisions still in their backoff
-    announced: set[str] = set()  # keys whose wait was logged
-    try:
-        while not stop:
-            msgs = consumer.consume(100, timeout=0.5)
-            batch = list(waiting)
-            waiting.clear()
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        console.print(f"consumer error: {err}")
-                    continue
-                try:
-                    batch.append(RecoveryEvent.model_validate_json(msg.value() or b""))
-                except ValueError:
-                    continue
-            for decision in batch:
-                if decision.stage != "decided":
-                    continue
-                outcome = runner.run(decision)
-                if outcome is None:
-                    if decision.not_before_ts > time.time_ns():
-                        waiting.append(decision)
-                        if decision.key not in announced:
-                            announced.add(decision.key)
-                            wait_s = (decision.not_before_ts - time.time_ns()) / 1e9
-                            _log_line({"key": decision.key, "stage": "waiting", "wait_s": wait_s})
-                    continue
-                producer.produce(
-                    topic, key=outcome.job_id.encode(), value=outcome.model_dump_json()
-                )
-                _log_line(
-                    {"key": outcome.key, "stage": outcome.stage, "reason": outcome.reason[:200]}
-                )
-            producer.flush(30)
-            # a decision waiting for its backoff must be read again after a restart, so offsets
-            # are committed only when none waits (the ledger drops what already ran)
-            if msgs and not waiting:
-                consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    run_loop(runner, consumer, producer, topic, lambda: stop)
