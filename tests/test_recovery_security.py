@@ -306,7 +306,8 @@ def test_invented_ids_do_not_dilute_the_breaker() -> None:
             engine.on_progress("c1", f"fake{j}", 5, t0 + 690 * S, nodes=[f"fakenode{j}"])
         out: list[RecoveryEvent] = []
         for j in range(8):
-            assert (inc := _incident(f"job{j}", 700 + j).incident) is not None
+            inc = _incident(f"job{j}", 700 + j).incident
+            assert inc is not None
             out += engine.on_incident(inc)
         decided = [e.job_id for e in out if e.stage == "decided" and e.action != "escalate"]
         assert len(decided) == trips_at - 1, (fleet, decided)
