@@ -327,6 +327,10 @@ def test_webhook_urls_are_redacted(tmp_path: Path) -> None:
     act = WebhookActuator(WebhookConfig(url=dead, retries=0, timeout_s=1), secret=b"k" * 16)
     result = act.execute(_decision("escalate"))
     assert not result.ok and "SECRET" not in result.detail and redact_url(dead) in result.detail
+    for bad in ("http://bot:SECRETPW@127.0.0.1:9/x", "http://127.0.0.1:SECRETPORT/x"):
+        act = WebhookActuator(WebhookConfig(url=bad, retries=0, timeout_s=1), secret=b"k" * 16)
+        result = act.execute(_decision("escalate"))  # errors that quote the URL's parts
+        assert not result.ok and "SECRET" not in result.detail, result.detail
     with pytest.raises(ValueError) as err:
         WebhookActuator(WebhookConfig(url="ftp://x/SECRETPATH"), secret=b"k" * 16)
     assert "SECRET" not in str(err.value)

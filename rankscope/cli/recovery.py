@@ -110,24 +110,33 @@ def resume(
 def status(
     bootstrap: RequiredBootstrapOpt,
     prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
-    """Paused or not (the latest control command), and the actions on the topic by stage."""
+    """Paused or not (the latest signed control command), and the actions by stage."""
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
     from rankscope.schemas.derived import RecoveryControl, RecoveryEvent
     from rankscope.schemas.topics import Topics
+    from rankscope.streams.recovery.signing import load_keyring
 
     topics = Topics(prefix)
     control = [
         RecoveryControl.model_validate_json(v)
         for v in read_topic(bootstrap, topics.recovery_control)
     ]
+    try:
+        keyring = load_keyring(home / "recovery.key", create=False)
+        signed = [c for c in control if keyring.check(c) is None]
+    except (OSError, ValueError):  # no key here: no command can be verified
+        signed = []
     events = [RecoveryEvent.model_validate_json(v) for v in read_topic(bootstrap, topics.recovery)]
-    latest = control[-1] if control else None
+    latest = signed[-1] if signed else None
     state = "paused" if latest and latest.paused else "active"
     by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
     console.print(f"recovery is [bold]{state}[/]{by}")
+    if len(signed) < len(control):
+        console.print(f"{len(control) - len(signed)} unsigned or forged command(s) ignored")
     last_stage: dict[str, str] = {}
     for e in events:
         last_stage[e.key] = e.stage

@@ -54,20 +54,14 @@ def redact_url(url: str) -> str:
     return f"{scheme}://{host}{port}/…#{digest}"
 
 
-def _scrub(text: str, url: str) -> str:
-    """An error message with the URL and its secret parts taken out (some errors quote them)."""
-    parts = urllib.parse.urlsplit(url)
-    secrets_in = [
-        url,
-        parts.netloc,
-        parts.path,
-        parts.query,
-        parts.password or "",
-        parts.username or "",
-    ]
-    for part in sorted((p for p in secrets_in if len(p) > 1), key=len, reverse=True):
-        text = text.replace(part, "…")
-    return text[:200]
+def _why(exc: BaseException) -> str:
+    """What went wrong, without any text an error may have copied from the URL: the error's
+    type and, for an OS error, its fixed message (``Connection refused``)."""
+    reason = getattr(exc, "reason", exc)
+    text = reason.strerror if isinstance(reason, OSError) and reason.strerror else ""
+    if isinstance(reason, TimeoutError) and not text:
+        text = "timed out"
+    return f"{type(reason).__name__}: {text}" if text else type(reason).__name__
 
 
 def sign(secret: bytes, body: bytes) -> str:
@@ -109,7 +103,6 @@ class WebhookActuator:
                 if exc.code < 500:
                     return ActuatorResult(False, f"POST {where}: {last}, not retried")
             except Exception as exc:  # URLError, timeouts, and anything that may quote the URL
-                reason = getattr(exc, "reason", exc)
-                last = f"{type(reason).__name__}: {_scrub(str(reason), cfg.url)}"
+                last = _why(exc)
         tries = cfg.retries + 1
         return ActuatorResult(False, f"POST {where}: {last} after {tries} attempt(s)")
