@@ -334,3 +334,12 @@ def test_webhook_urls_are_redacted(tmp_path: Path) -> None:
     with pytest.raises(ValueError) as err:
         WebhookActuator(WebhookConfig(url="ftp://x/SECRETPATH"), secret=b"k" * 16)
     assert "SECRET" not in str(err.value)
+
+
+def test_a_dry_run_line_cannot_be_split_by_a_hostile_id() -> None:
+    from rankscope.sinks.actuators.dryrun import DryRunActuator
+
+    result = DryRunActuator().execute(_decision("drain_node", "81234\nFAKE", "n1\r\nFAKE"))
+    assert (
+        "\n" not in result.detail and "\r" not in result.detail and "81234\\nFAKE" in result.detail
+    )

@@ -44,9 +44,15 @@ class Actuator(Protocol):
     def execute(self, decision: RecoveryEvent) -> ActuatorResult: ...
 
 
+def _printable(text: str) -> str:
+    """Control characters escaped: a job id from telemetry must not start a new log line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def describe(d: RecoveryEvent) -> str:
-    where = d.node + (f" rank {d.rank}" if d.rank is not None else "")
-    return f"{d.action} for job {d.job_id or '(fleet)'}" + (f" on {where}" if where else "")
+    where = _printable(d.node) + (f" rank {d.rank}" if d.rank is not None else "")
+    job = _printable(d.job_id) or "(fleet)"
+    return f"{d.action} for job {job}" + (f" on {where}" if where else "")
 
 
 class Ledger:
