@@ -40,7 +40,7 @@ class WebhookConfig(BaseModel):
 
 
 def redact_url(url: str) -> str:
-    """``scheme://host[:port]/…#<fingerprint>``: which endpoint, never its path, query or
+    """``scheme://host[:port]/...#<fingerprint>``: which endpoint, never its path, query or
     credentials. The fingerprint (12 hex of a SHA-256 of the whole URL) tells two URLs apart;
     webhook paths carry long random tokens, so it does not help to guess one."""
     digest = hashlib.sha256(b"rankscope-webhook-url\n" + url.encode()).hexdigest()[:12]
@@ -51,7 +51,7 @@ def redact_url(url: str) -> str:
         scheme = parts.scheme if parts.scheme in ("http", "https") else "?"
     except ValueError:
         scheme, host, port = "?", "?", ""
-    return f"{scheme}://{host}{port}/…#{digest}"
+    return f"{scheme}://{host}{port}/...#{digest}"
 
 
 def _why(exc: BaseException) -> str:
