@@ -70,7 +70,9 @@ class Settings(BaseSettings):
                 rules_path=self.redaction_rules, key_file=self.home / "redaction.key"
             ),
             recovery=RecoveryConfig(
-                enabled=self.recovery_enabled, policy_path=self.recovery_policy
+                enabled=self.recovery_enabled,
+                policy_path=self.recovery_policy,
+                key_file=self.home / "recovery.key",
             ),
             state=StateConfig(
                 key_file=self.home / "state.key",

@@ -258,6 +258,7 @@ RecoveryStage = Literal[
     "failed",  # the actuator could not run it
     "progress_resumed",  # the job's step counter moved after the action
     "progress_not_resumed",  # it did not, within the deadline
+    "refused",  # nothing ran: unsigned, forged, replayed, expired, or an invalid identifier
 ]
 
 
@@ -283,6 +284,11 @@ class RecoveryEvent(BaseModel):
     attempt: int = Field(ge=1, description="Recovery attempts for this job, this one included.")
     ts: int = Field(description="Event time of the decision or outcome, ns.")
     not_before_ts: int = Field(default=0, description="Backoff: run no earlier than this (ns).")
+    mode: Literal["act", "dry_run"] = Field(
+        default="dry_run", description="The policy's mode when decided (signed with it)."
+    )
+    decided_at: int = Field(default=0, description="Wall clock when signed, ns (expiry).")
+    signature: str = Field(default="", description="v1:<key id>:<hmac> (signing.py).")
 
     @property
     def event_id(self) -> str:
@@ -306,6 +312,7 @@ class RecoveryControl(BaseModel):
     by: str = Field(default="", max_length=256)
     reason: str = Field(default="", max_length=1024)
     ts: int
+    signature: str = Field(default="", description="v1:<key id>:<hmac> (signing.py).")
 
 
 class StepProgress(BaseModel):

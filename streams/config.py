@@ -71,6 +71,12 @@ class RecoveryConfig(BaseModel):
         gt=0,
         description="A job's step counter reaches the decider at most this often (event time).",
     )
+    key_file: Path | None = Field(
+        default=None,
+        description="Key that signs decisions and verifies pause/resume (RANKSCOPE_RECOVERY_KEY "
+        "and RANKSCOPE_RECOVERY_KEY_FILE win); the runner and the CLI need the same key.",
+    )
+    create_key: bool = Field(default=True, description="Create key_file when it is missing.")
 
 
 class StateConfig(BaseModel):

@@ -27,6 +27,7 @@ from rankscope.sinks.actuators.base import ActuatorRunner, Ledger
 from rankscope.sinks.actuators.dryrun import DryRunActuator
 from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
 from rankscope.sinks.clickhouse import connect
+from rankscope.streams.recovery.signing import load_keyring
 
 S = 1_000_000_000
 SECRET = b"webhook-test-secret"
@@ -269,6 +270,12 @@ def test_killing_recovery_run_between_deciding_and_acting_and_after_acting(
     waits = _decision(3).model_copy(update={"ts": now, "not_before_ts": soon})
     first = [waits, d0, d1, d2]  # one job key: one partition, read in this order
     keys = sorted(d.key for d in [*first, late])
+    # signed as the decider signs them (the runner refuses anything else), same home's key
+    keyring = load_keyring(cfg.home / "recovery.key")
+    d0, d1, d2, late, waits = (
+        keyring.sign(d.model_copy(update={"decided_at": now})) for d in (d0, d1, d2, late, waits)
+    )
+    first = [waits, d0, d1, d2]
     producer = Producer({"bootstrap.servers": cfg.bootstrap})
     for d in first:
         producer.produce(topic, key=d.job_id.encode(), value=d.model_dump_json())

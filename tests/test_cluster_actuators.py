@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import urllib.parse
 from collections.abc import Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -36,6 +37,7 @@ def _decision(action: str, node: str = "node003") -> RecoveryEvent:
         trigger_id="inc1",
         attempt=1,
         ts=1,
+        mode="act",
     )
 
 
@@ -46,9 +48,26 @@ class _Recorder:
 
     def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
         self.calls.append(list(argv))
+        if list(argv[1:4]) == ["-o", "show", "job"]:  # what scontrol -o prints, abridged
+            out = f"JobId={argv[4]} JobName=train UserId=alice(1000) JobState=RUNNING\n"
+            return subprocess.CompletedProcess(list(argv), 0, out, "")
+        if list(argv[1:4]) == ["-o", "show", "node"]:
+            out = f"NodeName={argv[4]} Arch=x86_64 CoresPerSocket=32 State=ALLOCATED\n"
+            return subprocess.CompletedProcess(list(argv), 0, out, "")
         code = 1 if self.fail_on and self.fail_on in argv else 0
         err = "slurm_requeue error: Job is pending execution" if code else ""
         return subprocess.CompletedProcess(list(argv), code, "", err)
+
+
+#: what the actuator asks scontrol before acting (the job, then the node)
+SHOW_JOB = ["scontrol", "-o", "show", "job", "81234"]
+SHOW_NODE = ["scontrol", "-o", "show", "node", "node003"]
+CHECKS = {
+    "restart_from_checkpoint": [SHOW_JOB],
+    "exclude_node_and_restart": [SHOW_JOB, SHOW_NODE],
+    "drain_node": [SHOW_NODE],
+    "dump_stacks": [SHOW_JOB],
+}
 
 
 #: scontrol/scancel lines as the Slurm documentation writes them
@@ -83,7 +102,7 @@ def test_slurm_commands_match_the_contract(action: str) -> None:
     rec = _Recorder()
     result = SlurmActuator(run=rec).execute(_decision(action))
     assert result.ok, result.detail
-    assert rec.calls == SLURM_CONTRACT[action]
+    assert rec.calls == CHECKS[action] + SLURM_CONTRACT[action]
 
 
 def test_a_failing_slurm_command_stops_the_action_and_says_why() -> None:
@@ -91,14 +110,18 @@ def test_a_failing_slurm_command_stops_the_action_and_says_why() -> None:
     result = SlurmActuator(run=rec).execute(_decision("exclude_node_and_restart"))
     assert not result.ok
     assert "scontrol requeue 81234 exited 1: slurm_requeue error" in result.detail
-    assert len(rec.calls) == 2  # the job update after the failed requeue is not attempted
+    assert len(rec.calls) == 4  # 2 checks, drain, requeue: the job update is not attempted
     assert not SlurmActuator(run=rec).execute(_decision("escalate")).ok
     assert "needs a node" in SlurmActuator(run=rec).execute(_decision("drain_node", node="")).detail
 
 
 class _ApiServer:
+    """A recorded-contract API server: the nodes and job pods it knows, answered to GETs."""
+
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.nodes = {"node003"}
+        self.jobs = {"81234"}
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -114,13 +137,16 @@ class _ApiServer:
                         "body": json.loads(body) if body else None,
                     }
                 )
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
+                answer = api.answer(self.command, self.path)
+                self.send_response(200 if answer is not None else 404)
+                data = json.dumps(answer or {}).encode()
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(b"{}")
+                self.wfile.write(data)
 
             do_PATCH = _handle
             do_DELETE = _handle
+            do_GET = _handle
 
             def log_message(self, *args: Any) -> None:
                 return None
@@ -128,6 +154,19 @@ class _ApiServer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, method: str, path: str) -> dict[str, Any] | None:
+        """What the API returns (None: 404): a node object, a pod list, or an empty object."""
+        if method != "GET":
+            return {}
+        if path.startswith("/api/v1/nodes/"):
+            name = path.removeprefix("/api/v1/nodes/")
+            return {"kind": "Node", "metadata": {"name": name}} if name in self.nodes else None
+        label = "training.kubeflow.org/job-name"
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(path).query)
+        job = query.get("labelSelector", [""])[0].removeprefix(f"{label}=")
+        pods = [{"metadata": {"name": f"{job}-worker-0", "labels": {label: job}}}]
+        return {"kind": "PodList", "items": pods if job in self.jobs else []}
 
 
 @pytest.fixture
@@ -144,7 +183,13 @@ def test_kubernetes_requests_match_the_api_contract(api: _ApiServer, tmp_path: P
         KubernetesConfig(api_server=api.url, token_file=token, ca_file=None, namespace="training")
     )
     assert k8s.execute(_decision("exclude_node_and_restart")).ok
-    assert api.requests == [
+    checks = api.requests[:2]
+    assert [(r["method"], r["path"]) for r in checks] == [
+        ("GET", "/api/v1/nodes/node003"),
+        ("GET", "/api/v1/namespaces/training/pods?labelSelector="
+         "training.kubeflow.org%2Fjob-name%3D81234"),
+    ]  # fmt: skip
+    assert api.requests[2:] == [
         {  # kubectl cordon: a strategic merge patch of spec.unschedulable
             "method": "PATCH",
             "path": "/api/v1/nodes/node003",
@@ -172,4 +217,4 @@ def test_the_router_sends_escalations_to_their_own_actuator() -> None:
     assert router.execute(_decision("restart_from_checkpoint")).detail == (
         "slurm: scontrol requeue 81234"
     )
-    assert rec.calls == [["scontrol", "requeue", "81234"]] and len(pager.would) == 1
+    assert rec.calls == [SHOW_JOB, ["scontrol", "requeue", "81234"]] and len(pager.would) == 1

@@ -97,7 +97,15 @@ def test_one_decider_for_the_fleet_survives_a_crash(pipeline_config: PipelineCon
     _send(cfg, first[:2], worker=1)
     _send(cfg, first[2:], worker=2)
 
-    cfg = replace(cfg, env=FAST_FAILOVER)
+    # the breaker's denominator: a configured fleet of 20 jobs (not the ids seen)
+    policy = load_policy()
+    policy = policy.model_copy(
+        update={"breaker": policy.breaker.model_copy(update={"fleet_jobs": 20})}
+    )
+    policy_path = cfg.home / "policy.yaml"
+    policy_path.parent.mkdir(parents=True, exist_ok=True)
+    policy_path.write_text(yaml.safe_dump(policy.model_dump(mode="json")))
+    cfg = replace(cfg, env={**FAST_FAILOVER, "RANKSCOPE_RECOVERY_POLICY": str(policy_path)})
     pipeline = Pipeline(cfg)
     pipeline.worker.start()
     try:
@@ -113,7 +121,7 @@ def test_one_decider_for_the_fleet_survives_a_crash(pipeline_config: PipelineCon
         result = CliRunner().invoke(
             cli,
             ["recovery", "pause", "--bootstrap", cfg.bootstrap, "--topic-prefix", cfg.topic_prefix,
-             "--reason", "storage maintenance"],
+             "--reason", "storage maintenance", "--home", str(cfg.home)],
         )  # fmt: skip
         assert result.exit_code == 0, result.output
         _send(cfg, [_incident("job9", t0 + 40 * S)], worker=1)
@@ -121,7 +129,7 @@ def test_one_decider_for_the_fleet_survives_a_crash(pipeline_config: PipelineCon
     finally:
         pipeline.worker.stop()
 
-    expected = Decider(load_policy())
+    expected = Decider(policy)
     want: list[RecoveryEvent] = []
     for r in [*progress, *first, *second]:
         want += expected.feed(r)

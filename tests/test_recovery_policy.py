@@ -25,8 +25,14 @@ def _policy(node_rules: bool = False, **limits: float) -> Policy:
         update={"cooldown_s": 60, "backoff_base_s": 100, "backoff_factor": 2.0, **limits}
     )
     rules = [r for r in base.rules if node_rules or not r.per_node]
+    # the breaker's denominators: a fleet of 20 jobs on 40 nodes (configured, not seen)
+    breaker = base.breaker.model_copy(update={"fleet_jobs": 20, "fleet_nodes": 40})
     return base.model_copy(
-        update={"limits": JobLimits.model_validate(lim.model_dump()), "rules": rules}
+        update={
+            "limits": JobLimits.model_validate(lim.model_dump()),
+            "rules": rules,
+            "breaker": breaker,
+        }
     )
 
 

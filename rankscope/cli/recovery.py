@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Annotated
 
@@ -59,7 +59,7 @@ def history(
     console.print(f"{len(rows)} record(s)")
 
 
-def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
+def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path) -> None:
     import getpass
 
     from confluent_kafka import Producer
@@ -67,8 +67,10 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str) -> None:
     from rankscope.kafka_security import check_access, kafka_config
     from rankscope.schemas.derived import RecoveryControl, RecoveryInput
     from rankscope.schemas.topics import Topics
+    from rankscope.streams.recovery.signing import load_keyring
 
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
+    command = load_keyring(home / "recovery.key").sign(command)  # the decider obeys only these
     topics = Topics(prefix)
     check_access(bootstrap)  # a refused login: one line, not a 30 s wait for the flush
     producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
@@ -87,9 +89,10 @@ def pause(
     bootstrap: RequiredBootstrapOpt,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
     prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Stop automated actions: the decider records matches as suppressed until resumed."""
-    _control(bootstrap, prefix, True, reason)
+    _control(bootstrap, prefix, True, reason, home)
     console.print("recovery paused (the decider reads it from <prefix>.recovery_input)")
 
 
@@ -98,9 +101,10 @@ def resume(
     bootstrap: RequiredBootstrapOpt,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
     prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Let the decider act again."""
-    _control(bootstrap, prefix, False, reason)
+    _control(bootstrap, prefix, False, reason, home)
     console.print("recovery resumed")
 
 
@@ -108,14 +112,16 @@ def resume(
 def status(
     bootstrap: RequiredBootstrapOpt,
     prefix: PrefixOpt = "rankscope",
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
-    """Paused or not (the latest control command), and the actions on the topic by stage."""
+    """Paused or not (the latest signed control command), and the actions by stage."""
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
     from rankscope.kafka_security import check_access
     from rankscope.schemas.derived import RecoveryControl, RecoveryEvent
     from rankscope.schemas.topics import Topics
+    from rankscope.streams.recovery.signing import load_keyring
 
     check_access(bootstrap)  # a refused login: one line, not a traceback
     topics = Topics(prefix)
@@ -123,11 +129,18 @@ def status(
         RecoveryControl.model_validate_json(v)
         for v in read_topic(bootstrap, topics.recovery_control)
     ]
+    try:
+        keyring = load_keyring(home / "recovery.key", create=False)
+        signed = [c for c in control if keyring.check(c) is None]
+    except (OSError, ValueError):  # no key here: no command can be verified
+        signed = []
     events = [RecoveryEvent.model_validate_json(v) for v in read_topic(bootstrap, topics.recovery)]
-    latest = control[-1] if control else None
+    latest = signed[-1] if signed else None
     state = "paused" if latest and latest.paused else "active"
     by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
     console.print(f"recovery is [bold]{state}[/]{by}")
+    if len(signed) < len(control):
+        console.print(f"{len(control) - len(signed)} unsigned or forged command(s) ignored")
     last_stage: dict[str, str] = {}
     for e in events:
         last_stage[e.key] = e.stage
@@ -136,11 +149,6 @@ def status(
     for stage_name, n in sorted(counts.items()):
         table.add_row(stage_name, str(n))
     console.print(table)
-
-
-def _log_line(record: dict[str, object]) -> None:
-    """One JSON object per line (not wrapped like rich's console output), for log shippers."""
-    print(json.dumps(record), flush=True)
 
 
 @recovery_app.command()
@@ -153,15 +161,35 @@ def run(
     ] = "dry-run",
     webhook_url: Annotated[
         str | None,
-        typer.Option(help="Webhook for --actuator webhook, and for escalations with the others."),
+        typer.Option(
+            help="Webhook for --actuator webhook, and for escalations with the others (a "
+            "secret: prefer the environment variable; it is never printed or recorded).",
+            envvar="RANKSCOPE_WEBHOOK_URL",
+            show_default=False,
+        ),
     ] = None,
     namespace: Annotated[str, typer.Option(help="Kubernetes namespace of the jobs.")] = "default",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Run nothing, whatever the decisions' mode.")
+    ] = False,
+    max_age_s: Annotated[
+        float, typer.Option(help="Refuse decisions signed longer ago (plus their backoff).")
+    ] = 600.0,
+    scontrol: Annotated[str, typer.Option(help="The scontrol program.")] = "scontrol",
+    scancel: Annotated[str, typer.Option(help="The scancel program.")] = "scancel",
+    kube_api_server: Annotated[
+        str, typer.Option(help="Kubernetes API server.")
+    ] = "https://kubernetes.default.svc",
+    kube_token_file: Annotated[Path, typer.Option(help="Service-account token file.")] = Path(
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    ),
 ) -> None:
-    """Run recovery decisions through an actuator, each key at most once (ledger in HOME)."""
-    from confluent_kafka import Consumer, KafkaError, Producer
+    """Run signed recovery decisions through an actuator, each key at most once (ledger and
+    signing key in HOME); refusals (unsigned, forged, replayed, expired, invalid identifiers)
+    are recorded as outcomes. A decision decided in dry_run mode runs nothing."""
+    from confluent_kafka import Consumer, Producer
 
     from rankscope.kafka_security import check_access, kafka_config
-    from rankscope.schemas.derived import RecoveryEvent
     from rankscope.schemas.topics import Topics
     from rankscope.sinks.actuators.base import Actuator, ActuatorRunner, Ledger
     from rankscope.sinks.actuators.cluster import (
@@ -169,9 +197,12 @@ def run(
         KubernetesConfig,
         RoutingActuator,
         SlurmActuator,
+        SlurmConfig,
     )
     from rankscope.sinks.actuators.dryrun import DryRunActuator
+    from rankscope.sinks.actuators.loop import run_loop
     from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
+    from rankscope.streams.recovery.signing import load_keyring
 
     act: Actuator
     pager: Actuator = (
@@ -184,13 +215,21 @@ def run(
     elif actuator == "dry-run":
         act = DryRunActuator()
     elif actuator == "slurm":
-        act = RoutingActuator({"escalate": pager}, default=SlurmActuator())
+        slurm = SlurmActuator(SlurmConfig(scontrol=scontrol, scancel=scancel))
+        act = RoutingActuator({"escalate": pager}, default=slurm)
     elif actuator == "kubernetes":
-        k8s = KubernetesActuator(KubernetesConfig(namespace=namespace))
+        k8s = KubernetesActuator(
+            KubernetesConfig(
+                namespace=namespace, api_server=kube_api_server, token_file=kube_token_file
+            )
+        )
         act = RoutingActuator({"escalate": pager, "dump_stacks": pager}, default=k8s)
     else:
         raise typer.BadParameter("dry-run, webhook, slurm or kubernetes", param_hint="--actuator")
-    runner = ActuatorRunner(act, Ledger(home / "recovery-ledger.db"))
+    keyring = load_keyring(home / "recovery.key")
+    runner = ActuatorRunner(
+        act, Ledger(home / "recovery-ledger.db"), keyring, max_age_s=max_age_s, dry_run=dry_run
+    )
     topic = Topics(prefix).recovery
     check_access(bootstrap)  # a refused login: one line and an exit, not endless retries
     consumer = Consumer(
@@ -205,7 +244,6 @@ def run(
         }
     )
     producer = Producer(kafka_config(bootstrap, **{"enable.idempotence": True}))
-    consumer.subscribe([topic])
     stop = False
 
     def _stop(signum: int, frame: FrameType | None) -> None:
@@ -214,45 +252,4 @@ def run(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    waiting: list[RecoveryEvent] = []  # decisions still in their backoff
-    announced: set[str] = set()  # keys whose wait was logged
-    try:
-        while not stop:
-            msgs = consumer.consume(100, timeout=0.5)
-            batch = list(waiting)
-            waiting.clear()
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    if err.code() != KafkaError._PARTITION_EOF:
-                        console.print(f"consumer error: {err}")
-                    continue
-                try:
-                    batch.append(RecoveryEvent.model_validate_json(msg.value() or b""))
-                except ValueError:
-                    continue
-            for decision in batch:
-                if decision.stage != "decided":
-                    continue
-                outcome = runner.run(decision)
-                if outcome is None:
-                    if decision.not_before_ts > time.time_ns():
-                        waiting.append(decision)
-                        if decision.key not in announced:
-                            announced.add(decision.key)
-                            wait_s = (decision.not_before_ts - time.time_ns()) / 1e9
-                            _log_line({"key": decision.key, "stage": "waiting", "wait_s": wait_s})
-                    continue
-                producer.produce(
-                    topic, key=outcome.job_id.encode(), value=outcome.model_dump_json()
-                )
-                _log_line(
-                    {"key": outcome.key, "stage": outcome.stage, "reason": outcome.reason[:200]}
-                )
-            producer.flush(30)
-            # a decision waiting for its backoff must be read again after a restart, so offsets
-            # are committed only when none waits (the ledger drops what already ran)
-            if msgs and not waiting:
-                consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+    run_loop(runner, consumer, producer, topic, lambda: stop)

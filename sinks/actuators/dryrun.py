@@ -19,7 +19,8 @@ class DryRunActuator:
         self.would: list[str] = []
 
     def execute(self, decision: RecoveryEvent) -> ActuatorResult:
-        what = f"would run {describe(decision)} ({decision.rule}: {decision.reason[:200]})"
+        why = decision.reason[:200].replace("\n", "\\n").replace("\r", "\\r")
+        what = f"would run {describe(decision)} ({decision.rule}: {why})"
         log.warning("dry run: %s", what)
         self.would.append(what)
         return ActuatorResult(True, what)

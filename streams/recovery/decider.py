@@ -19,9 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from rankscope.schemas.derived import RecoveryEvent, RecoveryInput
+from rankscope.schemas.derived import RecoveryControl, RecoveryEvent, RecoveryInput
 from rankscope.streams.recovery.engine import RecoveryEngine
 from rankscope.streams.recovery.policy import Policy
+from rankscope.streams.recovery.signing import Keyring
 
 NS = 1_000_000_000
 
@@ -42,8 +43,13 @@ def replay_horizon_s(policy: Policy) -> tuple[float, float]:
 
 
 class Decider:
-    def __init__(self, policy: Policy) -> None:
+    """``keyring``: sign every event (with the policy's mode and the wall-clock signing time)
+    and obey only operators' commands it verifies; None (unit tests) signs nothing and obeys
+    every command."""
+
+    def __init__(self, policy: Policy, keyring: Keyring | None = None) -> None:
         self.policy = policy
+        self.keyring = keyring
         self.engine = RecoveryEngine(policy)
         #: job -> (latest event time read for it, wall clock ns when that record was written)
         self._clocks: dict[str, tuple[int, int]] = {}
@@ -53,16 +59,33 @@ class Decider:
         now."""
         e = self.engine
         if record.control is not None:  # issued on the wall clock: not event time
+            why = self.refuses(record.control)
+            if why is not None:
+                return self._seal([_refused_control(record.control, why)])
             e.paused = record.control.paused
             return []
         self._advance(_job_of(record), record.ts, written_ns)
         if record.detection is not None:
-            return e.on_detection(record.detection)
+            return self._seal(e.on_detection(record.detection))
         if record.incident is not None:
-            return e.on_incident(record.incident)
+            return self._seal(e.on_incident(record.incident))
         assert record.progress is not None
         p = record.progress
-        return e.on_progress(p.cluster, p.job_id, p.step, p.ts, p.nodes)
+        return self._seal(e.on_progress(p.cluster, p.job_id, p.step, p.ts, p.nodes))
+
+    def refuses(self, command: RecoveryControl) -> str | None:
+        """Why an operator's command must be ignored (unsigned, forged), or None."""
+        return None if self.keyring is None else self.keyring.check(command)
+
+    def _seal(self, events: list[RecoveryEvent]) -> list[RecoveryEvent]:
+        """Stamp the policy's mode and the signing time on each event, and sign it."""
+        if self.keyring is None:
+            return [e.model_copy(update={"mode": self.policy.mode}) for e in events]
+        now = time.time_ns()
+        return [
+            self.keyring.sign(e.model_copy(update={"mode": self.policy.mode, "decided_at": now}))
+            for e in events
+        ]
 
     def now(self, job_id: str) -> int:
         """A job's event clock (0: nothing read for it)."""
@@ -74,7 +97,7 @@ class Decider:
         out: list[RecoveryEvent] = []
         for job_id in list(self._clocks):
             out += self.engine.tick(self.now(job_id), job_id)
-        return out
+        return self._seal(out)
 
     def rebuild(
         self, earlier: Iterable[RecoveryInput | tuple[int, RecoveryInput]], paused: bool
@@ -101,6 +124,24 @@ class Decider:
     def _advance(self, job_id: str, ts: int, written_ns: int | None) -> None:
         if ts > self._clocks.get(job_id, (0, 0))[0]:
             self._clocks[job_id] = (ts, time.time_ns() if written_ns is None else written_ns)
+
+
+def _refused_control(c: RecoveryControl, why: str) -> RecoveryEvent:
+    """The record of an operator's command that was ignored (it names no job and acts on
+    nothing; ``escalate`` because a person should look at who sent it)."""
+    what = "pause" if c.paused else "resume"
+    return RecoveryEvent(
+        key=RecoveryEvent.make_key("control", what, str(c.ts), c.by),
+        stage="refused",
+        action="escalate",
+        cluster="",
+        job_id="",
+        rule="recovery-control",
+        reason=f"refused a {what} command ({why}) claiming to be by {c.by[:64]!r}",
+        trigger_id=f"control:{c.ts}",
+        attempt=1,
+        ts=c.ts,
+    )
 
 
 def _job_of(record: RecoveryInput) -> str:

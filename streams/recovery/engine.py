@@ -5,8 +5,9 @@ the same idempotency keys). The bounds, in the order they apply:
 
 - **pause**: a paused pipeline decides nothing (each match is recorded as suppressed);
 - **circuit breaker**: when the jobs acted on within ``breaker.window_s`` exceed
-  ``max_job_share`` of the jobs seen (and at least ``min_jobs``), the cause is probably
-  fleet-wide (storage, the scheduler): one escalation, then nothing until ``reset_s`` passed;
+  ``max_job_share`` of the fleet's jobs (``fleet_jobs``; and at least ``min_jobs``), the
+  cause is probably fleet-wide (storage, the scheduler): one escalation, then nothing until
+  ``reset_s`` passed;
 - **per job**: one decision per trigger (an incident's revisions act once), a cool-down after
   an action (the rest of a cascade is not a new failure), at most ``max_actions`` within
   ``window_s`` and then one escalation, and an exponential backoff between actions;
@@ -87,8 +88,6 @@ class RecoveryEngine:
         self.paused = False
         self._jobs: dict[str, _Job] = {}
         self._handled: set[tuple[str, str]] = set()  # (trigger id, rule)
-        self._seen: dict[str, int] = {}  # job -> last event time it was seen
-        self._seen_nodes: dict[str, int] = {}  # node -> last event time it was seen
         # (ts, job, node) of actions in the breaker window; node set for actions on a node
         self._acted: deque[tuple[int, str, str]] = deque()
         self._breaker_open_until = 0
@@ -98,7 +97,6 @@ class RecoveryEngine:
 
     # -- inputs ----------------------------------------------------------------------------
     def on_incident(self, inc: Incident) -> list[RecoveryEvent]:
-        self._see(inc.job_id, inc.attributed_ts, inc.node)
         reason = f"incident {inc.cause_class} ({inc.confidence:.2f}): {inc.summary}"
         finding = _Finding(
             inc.cluster, inc.job_id, inc.incident_id, inc.attributed_ts, inc.node, inc.rank, reason
@@ -109,7 +107,6 @@ class RecoveryEngine:
         )
 
     def on_detection(self, det: Detection) -> list[RecoveryEvent]:
-        self._see(det.job_id, det.detected_ts, det.node)
         reason = f"detection {det.detection_type}: {det.summary}"
         finding = _Finding(
             det.cluster, det.job_id, det.detection_id, det.detected_ts, det.node, det.rank, reason
@@ -137,9 +134,6 @@ class RecoveryEngine:
         self, cluster: str, job_id: str, step: int, ts: int, nodes: Iterable[str] = ()
     ) -> list[RecoveryEvent]:
         """The job completed ``step`` at event time ``ts``; ``nodes`` reported since."""
-        self._see(job_id, ts)
-        for node in nodes:
-            self._see("", ts, node)
         job = self._job(cluster, job_id)
         job.max_step = max(job.max_step, step)
         w = job.watch
@@ -338,22 +332,26 @@ class RecoveryEngine:
 
     def _breaker(self, ts: int, job_id: str, node: str) -> RecoveryEvent | None:
         """An escalation when acting on ``job_id`` / ``node`` too would exceed the fleet
-        shares (jobs acted on of jobs seen, nodes acted on of nodes seen), else None."""
+        shares (jobs acted on of the fleet's jobs, nodes acted on of its nodes), else None.
+
+        The denominators are the configured fleet sizes, never the ids seen in telemetry: a
+        writer of telemetry could invent jobs and nodes to keep the breaker from tripping.
+        Unknown sizes count as the ids acted on (share 1: it trips at ``min_jobs``)."""
         b = self.policy.breaker
         horizon = ts - int(b.window_s * NS)
         while self._acted and self._acted[0][0] < horizon:
             self._acted.popleft()
 
-        def share(acted: set[str], seen_at: dict[str, int], least: int, most: float) -> str:
+        def share(acted: set[str], fleet: int | None, least: int, most: float) -> str:
             acted.discard("")
-            seen = {k for k, t in seen_at.items() if t >= horizon} | acted
-            if len(acted) < least or len(acted) / len(seen) <= most:
+            total = fleet if fleet is not None else len(acted)
+            if len(acted) < least or len(acted) / max(total, 1) <= most:
                 return ""
-            return f"{len(acted)} of {len(seen)}"
+            return f"{len(acted)} of {total}"
 
-        jobs = share({j for _, j, _ in self._acted} | {job_id}, self._seen, b.min_jobs,
+        jobs = share({j for _, j, _ in self._acted} | {job_id}, b.fleet_jobs, b.min_jobs,
                      b.max_job_share)  # fmt: skip
-        nodes = share({n for _, _, n in self._acted} | {node}, self._seen_nodes, b.min_nodes,
+        nodes = share({n for _, _, n in self._acted} | {node}, b.fleet_nodes, b.min_nodes,
                       b.max_node_share)  # fmt: skip
         if not jobs and not nodes:
             return None
@@ -369,12 +367,6 @@ class RecoveryEngine:
         )
 
     # -- helpers ---------------------------------------------------------------------------------
-    def _see(self, job_id: str, ts: int, node: str = "") -> None:
-        if job_id and self._seen.get(job_id, 0) < ts:
-            self._seen[job_id] = ts
-        if node and self._seen_nodes.get(node, 0) < ts:
-            self._seen_nodes[node] = ts
-
     def _job(self, cluster: str, job_id: str) -> _Job:
         job = self._jobs.get(job_id)
         if job is None:

@@ -101,10 +101,20 @@ class Breaker(_Strict):
         default=0.1,
         gt=0,
         le=1,
-        description="Of the nodes seen in the window, the share that node actions (exclude, "
-        "drain) may name before it trips.",
+        description="Of the fleet's nodes, the share that node actions (exclude, drain) may "
+        "name within window_s before it trips.",
     )
     min_nodes: int = Field(default=4, ge=1, description="Never trip on fewer nodes than this.")
+    fleet_jobs: int | None = Field(
+        default=None,
+        ge=1,
+        description="Jobs in the fleet: the job share's denominator. Unset: the jobs acted on "
+        "(the share is 1, so it trips at min_jobs). Never the ids seen in telemetry, which "
+        "anyone writing telemetry could inflate.",
+    )
+    fleet_nodes: int | None = Field(
+        default=None, ge=1, description="Nodes in the fleet; unset: as fleet_jobs."
+    )
     reset_s: float = Field(default=1800, gt=0, description="Stay open this long, then re-arm.")
 
 

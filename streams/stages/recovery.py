@@ -23,6 +23,7 @@ from rankscope.streams.recovery.decider import Decider, replay_horizon_s
 from rankscope.streams.recovery.policy import load_policy
 from rankscope.streams.recovery.progress import ProgressNotes
 from rankscope.streams.recovery.replay import committed_offset, read_partition
+from rankscope.streams.recovery.signing import load_keyring
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 
 log = logging.getLogger("rankscope.streams")
@@ -37,8 +38,11 @@ class DeciderHost:
         self.config = config
         self.topics = topics
         self.counters = counters
+        rc = config.recovery
         self.decider = (
-            Decider(load_policy(config.recovery.policy_path)) if config.recovery.enabled else None
+            Decider(load_policy(rc.policy_path), load_keyring(rc.key_file, rc.create_key))
+            if rc.enabled
+            else None
         )
         self.notes = ProgressNotes(config.recovery.progress_note_s)
         self.next_offset = -1  # the decider's next input offset; anything else: rebuild first
@@ -70,10 +74,12 @@ class DeciderHost:
                         log.warning("ignoring a malformed recovery input at offset %d", msg.offset)
                         continue
                     if record.control is not None:
+                        refused = decider.refuses(record.control)
                         log.warning(
-                            "recovery %s by %s",
+                            "recovery %s by %s%s",
                             "paused" if record.control.paused else "resumed",
-                            record.control.by,
+                            record.control.by[:64],
+                            f": REFUSED ({refused}), ignored" if refused else "",
                         )
                     written_ns = int(msg.timestamp * 1e9) if msg.timestamp else None
                     await self.publish_recovery(decider.feed(record, written_ns))
@@ -147,8 +153,12 @@ class DeciderHost:
 
         def read() -> tuple[list[tuple[int, RecoveryInput]], bool]:
             commands = [
-                RecoveryControl.model_validate_json(v)
-                for _, v in read_partition(config.bootstrap, topics.recovery_control, 0)
+                c
+                for c in (
+                    RecoveryControl.model_validate_json(v)
+                    for _, v in read_partition(config.bootstrap, topics.recovery_control, 0)
+                )
+                if decider.refuses(c) is None  # an unsigned or forged command never counts
             ]
             earlier = []
             for written_ms, value in read_partition(
