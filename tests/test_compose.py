@@ -64,8 +64,10 @@ def _pipeline_env() -> dict[str, str]:
 
 
 def _interpolate(value: object) -> str:
-    """A value as compose resolves it with none of the variables set: `${X:-d}` -> `d`."""
-    return VARIABLE.sub(lambda m: m.group(2) or "", str(value))
+    """A value as compose resolves it: `${X:-d}` -> `d`; a required `${X:?msg}` -> `X` (set)."""
+    return VARIABLE.sub(
+        lambda m: m.group(1) if ":?" in m.group(0) else (m.group(2) or ""), str(value)
+    )
 
 
 def _mounts(service: str) -> dict[str, str]:
@@ -258,7 +260,7 @@ def test_startup_order_is_coherent() -> None:
 
 def test_clickhouse_writer_is_the_user_of_the_pipeline_url() -> None:
     """The server creates the user the migrations and the sink log in as, with that password."""
-    url = urlsplit(_pipeline_env()["RANKSCOPE_CLICKHOUSE_URL"])
+    url = urlsplit(_interpolate(_pipeline_env()["RANKSCOPE_CLICKHOUSE_URL"]))
     env = _services()["clickhouse"]["environment"]
     assert url.hostname == "clickhouse" and url.port == 8123
     assert url.username == _interpolate(env["CLICKHOUSE_USER"])
@@ -361,3 +363,19 @@ def test_tables_named_by_provisioning_and_users_exist() -> None:
         named |= {t.tag for t in user.iterfind("databases/*/*")}  # row policies
     assert named, "nothing names a table: the check would be empty"
     assert named <= _migration_tables(), f"no migration creates {named - _migration_tables()}"
+
+
+def test_published_ports_bind_loopback_and_passwords_have_no_defaults() -> None:
+    """Compose is a dev stack: nothing listens on other interfaces, no password is built in."""
+    text = COMPOSE.read_text()
+    for name, svc in _services().items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+    # Every ${VAR} naming a password is required (``:?``), never defaulted (``:-``).
+    refs = re.findall(r"\$\{([A-Z_]*PASSWORD[A-Z_]*)(:[-?][^}]*)?\}", text)
+    assert refs
+    for var, modifier in refs:
+        assert modifier.startswith(":?"), (var, modifier)
+    grafana_env = _services()["grafana"]["environment"]
+    assert grafana_env["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    assert "rankscope:rankscope@" not in text

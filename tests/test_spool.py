@@ -201,3 +201,32 @@ def test_failed_write_leaves_no_torn_frame(tmp_path: Path, monkeypatch: pytest.M
     with Spool(tmp_path, max_bytes=64 * KIB, segment_bytes=32 * KIB) as spool:
         assert spool.stats().truncated_bytes == 0
         assert [r.data for r in spool.pending()] == [_payload(0), _payload(2)]
+
+
+def test_spool_directory_0700_and_files_0600_whatever_the_umask(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spooled records are raw, unredacted telemetry on shared GPU nodes: owner-only modes."""
+    import os
+    import stat
+
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    os.chmod(loose, 0o777)  # an existing world-writable directory is tightened with a warning
+    fresh = tmp_path / "new" / "spool"
+    old_umask = os.umask(0)  # the most permissive umask: modes must not depend on it
+    try:
+        for directory in (loose, fresh):
+            with Spool(directory, max_bytes=64 * KIB, segment_bytes=2 * KIB) as spool:
+                for i in range(30):
+                    spool.append(_payload(i), n_events=1)
+                spool.ack(3)
+            assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+            files = [p for p in directory.iterdir() if p.is_file()]
+            assert any(p.suffix == ".seg" for p in files)
+            assert any(p.name == "cursor.json" for p in files)
+            for path in files:
+                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    finally:
+        os.umask(old_umask)
+    assert any("tightened to 0700" in r.getMessage() for r in caplog.records)

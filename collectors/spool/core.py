@@ -234,7 +234,8 @@ class Spool:
                 self._write_fd = os.open(last.path, os.O_WRONLY | os.O_APPEND)
                 return last
         active = _Segment(self.directory / _segment_name(self._next_seq), self._next_seq)
-        self._write_fd = os.open(active.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._write_fd = os.open(active.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.fchmod(self._write_fd, 0o600)  # umask-independent: raw telemetry stays private
         self._dir.segments.append(active)
         if self.fsync_policy == "always":
             _fsync_dir(self.directory)

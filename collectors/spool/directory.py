@@ -47,6 +47,20 @@ class Recovered(NamedTuple):
     pending_events: int
 
 
+def _private_dir(directory: Path) -> None:
+    """Create ``directory`` 0700 (spooled telemetry is raw, unredacted; shared GPU nodes).
+
+    Explicit chmod, so the umask does not matter; a looser existing directory is tightened
+    with a warning.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    mode = directory.stat().st_mode & 0o777
+    if mode != 0o700:
+        if mode & 0o077:
+            log.warning("spool directory %s had mode %o; tightened to 0700", directory, mode)
+        os.chmod(directory, 0o700)
+
+
 class SpoolDirectory:
     """What one spool directory holds on disk, and getting it back after a crash: the directory
     lock, the scan of every segment on open (torn tails truncated), the cursor file, deleting
@@ -69,13 +83,13 @@ class SpoolDirectory:
         self.size = 0
         self.truncated_bytes = 0
         self.persisted_committed = -1
-        self.directory.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.directory)
         self._lock_fd = self._take_lock()
 
     # ----------------------------------------------------------------- open
 
     def _take_lock(self) -> int:
-        fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.directory / _LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -208,7 +222,8 @@ class SpoolDirectory:
             return
         path = self.directory / _CURSOR
         tmp = path.with_suffix(".tmp")
-        with tmp.open("w") as fh:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            os.fchmod(fh.fileno(), 0o600)
             fh.write(json.dumps({"committed": committed}))
             if force_sync:
                 fh.flush()
