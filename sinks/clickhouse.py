@@ -7,6 +7,8 @@ directory) both give the same ``Client`` API.
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,13 +24,57 @@ _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _NAMED = re.compile(r"\{named:(\w+)\}")
 
 
-def connect(url: str, **kwargs: Any) -> Client:
-    """A client for ``url``; credentials may be in the URL (``http://user:pass@host:8123``)."""
+#: set to 1 to send credentials over plain HTTP to a host that is not loopback (a private
+#: network you trust, e.g. compose's internal one); never the default
+ALLOW_INSECURE_ENV = "RANKSCOPE_CLICKHOUSE_ALLOW_INSECURE"
+#: a CA bundle to verify the server with when the URL is https (else the system's)
+CA_FILE_ENV = "RANKSCOPE_CLICKHOUSE_CA_FILE"
+
+
+class InsecureClickHouseURL(ValueError):
+    """Credentials would travel in clear: the URL is http:// to a host that is not loopback."""
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host in (None, "", "localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def connect(url: str, *, allow_insecure: bool | None = None, **kwargs: Any) -> Client:
+    """A client for ``url``; credentials may be in the URL (``https://user:pass@host:8443``).
+
+    The scheme decides TLS: clickhouse-connect would otherwise choose it by port, so
+    ``https://host:8123`` or ``https://host`` went over plain HTTP with the password in clear.
+    ``https``/``clickhouses`` verify the server (system CAs, or ``RANKSCOPE_CLICKHOUSE_CA_FILE``,
+    or ``?ca_cert=`` in the URL). Plain ``http`` with a password is refused unless the host is
+    loopback or ``allow_insecure`` (``RANKSCOPE_CLICKHOUSE_ALLOW_INSECURE=1``) says so."""
     parsed = urlparse(url)
     if parsed.scheme == "chdb":
         return clickhouse_connect.get_client(dsn=url, **kwargs)
-    if parsed.scheme not in ("http", "https", "clickhouse", "clickhouses"):
-        raise ValueError(f"unsupported ClickHouse URL scheme {parsed.scheme!r} in {url!r}")
+    if parsed.scheme in ("https", "clickhouses"):
+        kwargs.setdefault("interface", "https")
+        kwargs.setdefault("secure", True)
+        kwargs.setdefault("verify", True)
+        ca_file = os.environ.get(CA_FILE_ENV)
+        if ca_file and "ca_cert=" not in parsed.query:
+            kwargs.setdefault("ca_cert", ca_file)
+        return clickhouse_connect.get_client(dsn=url, **kwargs)
+    if parsed.scheme not in ("http", "clickhouse"):
+        raise ValueError(f"unsupported ClickHouse URL scheme {parsed.scheme!r}")
+    if allow_insecure is None:
+        allow_insecure = os.environ.get(ALLOW_INSECURE_ENV, "").lower() in ("1", "true", "yes")
+    if (parsed.password or kwargs.get("password")) and not (
+        allow_insecure or _is_loopback(parsed.hostname)
+    ):
+        raise InsecureClickHouseURL(
+            f"refusing to send ClickHouse credentials over plain HTTP to {parsed.hostname}: "
+            f"use https://, or set {ALLOW_INSECURE_ENV}=1 on a network you trust"
+        )
+    kwargs.setdefault("interface", "http")
     return clickhouse_connect.get_client(dsn=url, **kwargs)
 
 

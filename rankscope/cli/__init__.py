@@ -57,10 +57,11 @@ app.add_typer(recovery.recovery_app, name="recovery")
 
 def main() -> None:
     from rankscope.kafka_security import KafkaAuthError, KafkaUnreachableError
+    from rankscope.sinks.clickhouse import InsecureClickHouseURL
 
     try:
         app()
-    except (KafkaAuthError, KafkaUnreachableError) as exc:
+    except (KafkaAuthError, KafkaUnreachableError, InsecureClickHouseURL) as exc:
         # one line an operator can act on (wrong password, CA, broker down), not a traceback
         print(f"rankscope: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(3) from None
