@@ -65,15 +65,7 @@ class AclRule(BaseModel):
 def acl_plan(topics: Topics) -> list[AclRule]:
     """The rules for the deployment whose topics are ``topics`` (prefix ``topics.prefix``)."""
     p = topics.prefix
-    derived_out = [
-        topics.windows,
-        topics.late,
-        topics.detections,
-        topics.incidents,
-        topics.deadletter,
-        topics.quarantine,
-        topics.redaction_audit,
-    ]
+    derived_out = topics.worker_outputs
     # read back by the worker itself (the windows agent, snapshots, the decider's input)
     worker_own = [
         topics.events,
@@ -87,48 +79,31 @@ def acl_plan(topics: Topics) -> list[AclRule]:
     def topic(role: Role, name: str, *ops: Op) -> AclRule:
         return AclRule(role=role, resource="topic", name=name, operations=ops)
 
+    def group(role: Role, name: str, op: Op, *, prefixed: bool = False) -> AclRule:
+        return AclRule(role=role, resource="group", name=name, prefixed=prefixed, operations=(op,))
+
     rules: list[AclRule] = []
     rules += [topic("agent", t, "WRITE", "DESCRIBE") for t in topics.all_raw]
     rules += [topic("worker", t, "READ", "DESCRIBE") for t in topics.all_raw]
     rules += [topic("worker", t, "WRITE", "DESCRIBE") for t in derived_out]
     rules += [topic("worker", t, "READ", "WRITE", "DESCRIBE") for t in worker_own]
     rules += [
-        AclRule(role="worker", resource="group", name=f"{p}-streams", operations=("READ",)),
+        group("worker", f"{p}-streams", "READ"),
         # probes that read offsets or partitions under a throwaway group id, never joining it
-        AclRule(role="worker", resource="group", name="rankscope-state", operations=("DESCRIBE",)),
-        AclRule(
-            role="worker",
-            resource="group",
-            name="rankscope-replay-",
-            prefixed=True,
-            operations=("DESCRIBE",),
-        ),
+        group("worker", "rankscope-state", "DESCRIBE"),
+        group("worker", "rankscope-replay-", "DESCRIBE", prefixed=True),
     ]
     rules += [topic("sink", t, "READ", "DESCRIBE") for t in sink_reads]
-    rules.append(AclRule(role="sink", resource="group", name=f"{p}-sink", operations=("READ",)))
+    rules.append(group("sink", f"{p}-sink", "READ"))
     rules.append(topic("runner", topics.recovery, "READ", "WRITE", "DESCRIBE"))
-    rules.append(
-        AclRule(role="runner", resource="group", name=f"{p}-actuators", operations=("READ",))
-    )
+    rules.append(group("runner", f"{p}-actuators", "READ"))
     rules += [
         topic("operator", topics.recovery_control, "READ", "WRITE", "DESCRIBE"),
         topic("operator", topics.recovery_input, "WRITE", "DESCRIBE"),
         topic("operator", topics.recovery, "READ", "DESCRIBE"),
         # `recovery status` reads whole topics under a throwaway group id
-        AclRule(
-            role="operator",
-            resource="group",
-            name="read-",
-            prefixed=True,
-            operations=("DESCRIBE",),
-        ),
-        AclRule(
-            role="operator",
-            resource="group",
-            name="rankscope-replay-",
-            prefixed=True,
-            operations=("DESCRIBE",),
-        ),
+        group("operator", "read-", "DESCRIBE", prefixed=True),
+        group("operator", "rankscope-replay-", "DESCRIBE", prefixed=True),
     ]
     return rules
 

@@ -96,6 +96,20 @@ class Topics:
         return f"{self.prefix}.recovery_control"
 
     @property
+    def worker_outputs(self) -> list[str]:
+        """What the stream worker derives for the sink and nobody reads back: one list for the
+        ACL plan and for tests that scan every derived topic."""
+        return [
+            self.windows,
+            self.late,
+            self.detections,
+            self.incidents,
+            self.deadletter,
+            self.quarantine,
+            self.redaction_audit,
+        ]
+
+    @property
     def all(self) -> list[str]:
         return [
             *self.all_raw,

@@ -144,16 +144,7 @@ def test_no_canary_reaches_any_table_or_derived_topic(pipeline_config: PipelineC
         assert leaked == 0, f"a canary is readable in {table}"
 
     topics = cfg.topics
-    derived = [
-        topics.events,
-        topics.windows,
-        topics.late,
-        topics.detections,
-        topics.incidents,
-        topics.deadletter,
-        topics.quarantine,
-        topics.redaction_audit,
-    ]
+    derived = [topics.events, *topics.worker_outputs]
     lowered = [s.lower().encode() for s in needles]
     for topic in derived:
         for value in read_topic(cfg.bootstrap, topic):
