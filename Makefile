@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean services-up services-down
+.PHONY: demo test lint format bench fuzz clean services-up services-down
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
+
+# The validate stage's fuzz tests, longer than CI runs them, with fresh random records each time.
+fuzz: $(STAMP)
+	RANKSCOPE_FUZZ_EXAMPLES=$${RANKSCOPE_FUZZ_EXAMPLES:-100000} $(PY) -m pytest tests/test_validate_fuzz.py -p no:randomly -q
 
 bench: $(STAMP)
 	$(PY) bench/e2e_throughput.py --json bench/results/e2e_throughput.json

@@ -21,6 +21,9 @@ DeadLetterCode = Literal[
     "too_large",
     "ts_out_of_range",
     "empty_batch",
+    "too_deep",
+    "too_many_errors",
+    "internal_error",
 ]
 
 

@@ -24,6 +24,24 @@ class ValidationLimits(BaseModel):
     max_future_s: float = Field(
         default=3_600, gt=0, description="Events this far ahead of their record time are refused."
     )
+    max_batch_events: int = Field(
+        default=10_000,
+        gt=0,
+        description="A batch with more elements is refused whole (too_large): bounded work per "
+        "record whatever its contents.",
+    )
+    max_dead_letters_per_record: int = Field(
+        default=5,
+        ge=1,
+        description="Bad elements of one batch past this many share one summary dead letter "
+        "(counts by reason), so a hostile record cannot multiply into thousands of rows.",
+    )
+    max_number_digits: int = Field(
+        default=40,
+        ge=20,
+        description="Longer JSON integers are refused as invalid values (Python's int parser "
+        "would otherwise raise on a few thousand digits).",
+    )
 
 
 class WindowConfig(BaseModel):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,65 +46,144 @@ class ValidationResult:
 def validate_message(
     value: bytes | None, ref: RecordRef, limits: ValidationLimits, now_ns: int | None = None
 ) -> ValidationResult:
-    """Validate one Kafka record. Never raises on bad input."""
+    """Validate one Kafka record. Never raises on bad input; work is linear in its size.
+
+    Any byte string ends as events, dead letters or both. A batch's bad elements get one dead
+    letter each up to ``limits.max_dead_letters_per_record``; the rest share one summary.
+    """
     now_ns = now_ns if now_ns is not None else time.time_ns()
     raw = value or b""
     result = ValidationResult()
-
-    def refuse(code: DeadLetterCode, reason: str, index: int = -1, elem: Any = None) -> None:
-        result.dead.append(_dead_letter(code, reason, raw, ref, now_ns, index, elem))
+    dead = _DeadLetters(raw, ref, now_ns, limits, result)
 
     if len(raw) > limits.max_message_bytes:
-        refuse(
+        dead.refuse(
             "too_large",
             f"message of {len(raw):,} bytes exceeds the {limits.max_message_bytes:,}-byte limit "
             "(streams.limits.max_message_bytes); split the batch at the collector",
         )
         return result
     if not raw.strip():
-        refuse("not_json", "empty message: expected a JSON event or a JSON array of events")
+        dead.refuse("not_json", "empty message: expected a JSON event or a JSON array of events")
         return result
 
-    # Fast path: a well-formed batch validates in one pass inside pydantic-core.
-    if raw.lstrip()[:1] == b"[":
-        try:
-            events = EVENT_LIST_ADAPTER.validate_json(raw)
-        except ValidationError:
-            pass
-        else:
-            if not events:
-                refuse("empty_batch", "empty JSON array: a batch must hold at least one event")
-            for i, ev in enumerate(events):
-                _check_time(ev, i, ref, limits, now_ns, result, raw)
-            return result
+    if not _validated_as_batch(raw, ref, limits, now_ns, result, dead):
+        doc = _parse(raw, limits, dead)
+        if doc is not _UNPARSED:
+            _validate_document(doc, ref, limits, now_ns, result, dead)
+    dead.summarise()
+    return result
 
+
+def _validated_as_batch(
+    raw: bytes,
+    ref: RecordRef,
+    limits: ValidationLimits,
+    now_ns: int,
+    result: ValidationResult,
+    dead: _DeadLetters,
+) -> bool:
+    """The fast path: a well-formed batch validates in one pass inside pydantic-core.
+
+    False when the record is not one (then each element is validated on its own)."""
+    if raw.lstrip()[:1] != b"[":
+        return False
+    try:
+        events = EVENT_LIST_ADAPTER.validate_json(raw)
+    except ValidationError:
+        return False
+    if not events:
+        dead.refuse("empty_batch", "empty JSON array: a batch must hold at least one event")
+    elif len(events) > limits.max_batch_events:
+        dead.refuse("too_large", _too_many_events(len(events), limits))
+    else:
+        for i, ev in enumerate(events):
+            _check_time(ev, i, ref, limits, now_ns, result, dead)
+    return True
+
+
+def _validate_document(
+    doc: Any,
+    ref: RecordRef,
+    limits: ValidationLimits,
+    now_ns: int,
+    result: ValidationResult,
+    dead: _DeadLetters,
+) -> None:
+    if isinstance(doc, dict):
+        _validate_element(doc, -1, ref, limits, now_ns, result, dead)
+    elif not isinstance(doc, list):
+        dead.refuse(
+            "not_an_event",
+            f"message is a JSON {_json_type(doc)}: expected an event object or an array of them",
+        )
+    elif not doc:
+        dead.refuse("empty_batch", "empty JSON array: a batch must hold at least one event")
+    elif len(doc) > limits.max_batch_events:
+        dead.refuse("too_large", _too_many_events(len(doc), limits))
+    else:
+        for i, elem in enumerate(doc):
+            _validate_element(elem, i, ref, limits, now_ns, result, dead)
+
+
+class _HugeNumber:
+    """Stands in for a JSON integer longer than the limit: fails validation as a wrong type
+    ("a valid integer"), so only its element is refused and the int parser never sees it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<number too long>"
+
+
+_HUGE = _HugeNumber()
+_UNPARSED = object()
+
+
+def _parse(raw: bytes, limits: ValidationLimits, dead: _DeadLetters) -> Any:
+    """Bytes to a JSON document, or a dead letter and ``_UNPARSED``: never raises."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        refuse("not_utf8", f"message is not UTF-8 (invalid byte at position {exc.start})")
-        return result
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        refuse(
-            "not_json",
-            f"message is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-        )
-        return result
+        dead.refuse("not_utf8", f"message is not UTF-8 (invalid byte at position {exc.start})")
+        return _UNPARSED
+    max_digits = limits.max_number_digits
 
-    if isinstance(doc, dict):
-        _validate_element(doc, -1, ref, limits, now_ns, result, raw)
-    elif isinstance(doc, list):
-        if not doc:
-            refuse("empty_batch", "empty JSON array: a batch must hold at least one event")
-        for i, elem in enumerate(doc):
-            _validate_element(elem, i, ref, limits, now_ns, result, raw)
-    else:
-        refuse(
-            "not_an_event",
-            f"message is a JSON {type(doc).__name__}: expected an event object or an array of them",
+    def parse_int(digits: str) -> int | _HugeNumber:
+        return _HUGE if len(digits.lstrip("-")) > max_digits else int(digits)
+
+    try:
+        return json.loads(text, parse_int=parse_int)
+    except json.JSONDecodeError as exc:
+        dead.refuse(
+            "not_json", f"message is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         )
-    return result
+    except RecursionError:
+        dead.refuse(
+            "too_deep",
+            "JSON nested deeper than the worker parses (Python's recursion limit): events are "
+            "flat objects, a batch is one array of them",
+        )
+    except (ValueError, OverflowError, MemoryError) as exc:
+        dead.refuse("not_json", f"message is not JSON this worker can read: {type(exc).__name__}")
+    return _UNPARSED
+
+
+def _json_type(value: Any) -> str:
+    """JSON's name for a parsed value's type (readers know JSON, not Python)."""
+    if isinstance(value, _HugeNumber):
+        return "number too long to read"
+    if value is None:
+        return "null"
+    names = {bool: "boolean", int: "number", float: "number", str: "string", list: "array"}
+    return names.get(type(value), "object")
+
+
+def _too_many_events(n: int, limits: ValidationLimits) -> str:
+    return (
+        f"batch of {n:,} elements exceeds the {limits.max_batch_events:,}-element limit "
+        "(streams.limits.max_batch_events); split the batch at the collector"
+    )
 
 
 def validate_otlp_message(
@@ -115,37 +195,24 @@ def validate_otlp_message(
     now_ns = now_ns if now_ns is not None else time.time_ns()
     raw = value or b""
     result = ValidationResult()
+    dead = _DeadLetters(raw, ref, now_ns, limits, result)
     if len(raw) > limits.max_message_bytes:
-        result.dead.append(
-            _dead_letter(
-                "too_large",
-                f"OTLP record of {len(raw):,} bytes exceeds the "
-                f"{limits.max_message_bytes:,}-byte limit",
-                raw,
-                ref,
-                now_ns,
-                -1,
-                None,
-            )
+        dead.refuse(
+            "too_large",
+            f"OTLP record of {len(raw):,} bytes exceeds the "
+            f"{limits.max_message_bytes:,}-byte limit",
         )
         return result
     try:
         events, reasons = decode_otlp_traces(raw, observed_ns=now_ns)
     except OtlpDecodeError as exc:
-        result.dead.append(
-            _dead_letter(
-                "not_an_event", f"not an OTLP traces message: {exc}", raw, ref, now_ns, -1, None
-            )
-        )
+        dead.refuse("not_an_event", f"not an OTLP traces message: {exc}")
         return result
     for i, reason in enumerate(reasons):
-        result.dead.append(
-            _dead_letter(
-                "invalid_event", f"OTLP span not mappable: {reason}", raw, ref, now_ns, i, None
-            )
-        )
+        dead.refuse("invalid_event", f"OTLP span not mappable: {reason}", i)
     for i, ev in enumerate(events):
-        _check_time(ev, len(reasons) + i, ref, limits, now_ns, result, raw)
+        _check_time(ev, len(reasons) + i, ref, limits, now_ns, result, dead)
+    dead.summarise()
     return result
 
 
@@ -156,53 +223,31 @@ def _validate_element(
     limits: ValidationLimits,
     now_ns: int,
     result: ValidationResult,
-    raw: bytes,
+    dead: _DeadLetters,
 ) -> None:
     if not isinstance(elem, dict):
-        result.dead.append(
-            _dead_letter(
-                "not_an_event",
-                f"element is a JSON {type(elem).__name__}, expected an event object",
-                raw,
-                ref,
-                now_ns,
-                index,
-                None,
-            )
+        dead.refuse(
+            "not_an_event",
+            f"element is a JSON {_json_type(elem)}, expected an event object",
+            index,
         )
         return
     schema = elem.get("schema")
-    if schema not in MODEL_BY_SCHEMA:
+    if not isinstance(schema, str) or schema not in MODEL_BY_SCHEMA:
         known = ", ".join(sorted(MODEL_BY_SCHEMA))
         shown = repr(schema)[:80] if isinstance(schema, str) else "missing"
-        result.dead.append(
-            _dead_letter(
-                "unknown_schema",
-                f"unknown schema {shown}; this worker reads: {known}",
-                raw,
-                ref,
-                now_ns,
-                index,
-                elem,
-            )
+        dead.refuse(
+            "unknown_schema", f"unknown schema {shown}; this worker reads: {known}", index, elem
         )
         return
     try:
         ev = EVENT_ADAPTER.validate_python(elem)
     except ValidationError as exc:
-        result.dead.append(
-            _dead_letter(
-                "invalid_event",
-                f"{schema} event is invalid: {describe_errors(exc)}",
-                raw,
-                ref,
-                now_ns,
-                index,
-                elem,
-            )
+        dead.refuse(
+            "invalid_event", f"{schema} event is invalid: {describe_errors(exc)}", index, elem
         )
         return
-    _check_time(ev, index, ref, limits, now_ns, result, raw)
+    _check_time(ev, index, ref, limits, now_ns, result, dead)
 
 
 def _check_time(
@@ -212,7 +257,7 @@ def _check_time(
     limits: ValidationLimits,
     now_ns: int,
     result: ValidationResult,
-    raw: bytes,
+    dead: _DeadLetters,
 ) -> None:
     """Refuse events whose time is implausible relative to when Kafka got them.
 
@@ -225,20 +270,13 @@ def _check_time(
         return
     direction = "before" if delta_s < 0 else "after"
     days = abs(delta_s) / 86_400
-    result.dead.append(
-        _dead_letter(
-            "ts_out_of_range",
-            f"event time is {days:,.1f} days {direction} the record time (allowed: "
-            f"{limits.max_past_s / 86_400:g} days before, {limits.max_future_s:g} s after); "
-            "check the source clock or the ts unit (ns since the epoch)",
-            raw,
-            ref,
-            now_ns,
-            index,
-            ev.model_dump(
-                by_alias=True, include={"event_id", "schema_id", "kind", "job_id", "node"}
-            ),
-        )
+    dead.refuse(
+        "ts_out_of_range",
+        f"event time is {days:,.1f} days {direction} the record time (allowed: "
+        f"{limits.max_past_s / 86_400:g} days before, {limits.max_future_s:g} s after); "
+        "check the source clock or the ts unit (ns since the epoch)",
+        index,
+        ev.model_dump(by_alias=True, include={"event_id", "schema_id", "kind", "job_id", "node"}),
     )
 
 
@@ -258,39 +296,96 @@ def describe_errors(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _dead_letter(
-    code: DeadLetterCode,
-    reason: str,
-    raw: bytes,
-    ref: RecordRef,
-    now_ns: int,
-    index: int,
-    elem: Any,
+class _DeadLetters:
+    """One record's dead letters: its hash computed once, per-element letters capped, the
+    overflow counted by reason code and written as one summary letter."""
+
+    def __init__(
+        self,
+        raw: bytes,
+        ref: RecordRef,
+        now_ns: int,
+        limits: ValidationLimits,
+        result: ValidationResult,
+    ) -> None:
+        self.raw = raw
+        self.ref = ref
+        self.now_ns = now_ns
+        self.cap = limits.max_dead_letters_per_record
+        self.result = result
+        self._sha256: str | None = None
+        self._overflow: Counter[str] = Counter()
+        self._first_overflow = -1
+
+    @property
+    def sha256(self) -> str:
+        if self._sha256 is None:
+            self._sha256 = hashlib.sha256(self.raw).hexdigest()
+        return self._sha256
+
+    def refuse(self, code: DeadLetterCode, reason: str, index: int = -1, elem: Any = None) -> None:
+        if index >= 0 and len(self.result.dead) >= self.cap:
+            if not self._overflow:
+                self._first_overflow = index
+            self._overflow[code] += 1
+            return
+        self.result.dead.append(self._letter(code, reason, index, elem))
+
+    def summarise(self) -> None:
+        """The summary letter for the bad elements past the cap (none when under it)."""
+        if not self._overflow:
+            return
+        total = sum(self._overflow.values())
+        counts = ", ".join(f"{code} {n:,}" for code, n in self._overflow.most_common())
+        reason = (
+            f"{total:,} more bad elements in this batch from index {self._first_overflow} "
+            f"({counts}); the first {self.cap} have letters of their own "
+            "(streams.limits.max_dead_letters_per_record)"
+        )
+        self.result.dead.append(self._letter("too_many_errors", reason, self._first_overflow, None))
+
+    def _letter(self, code: DeadLetterCode, reason: str, index: int, elem: Any) -> DeadLetter:
+        ident: dict[str, str] = {}
+        if isinstance(elem, dict):
+            for src, dst in (
+                ("event_id", "event_id"),
+                ("schema", "schema_id"),
+                ("schema_id", "schema_id"),
+                ("kind", "kind"),
+                ("job_id", "job_id"),
+                ("node", "node"),
+            ):
+                v = elem.get(src)
+                if isinstance(v, str):
+                    ident[dst] = v[:256]
+        ref = self.ref
+        return DeadLetter(
+            dead_letter_id=DeadLetter.make_id(ref.topic, ref.partition, ref.offset, index),
+            reason_code=code,
+            reason=reason[:2048],
+            source_topic=ref.topic,
+            partition=ref.partition,
+            offset=ref.offset,
+            index_in_batch=index,
+            size_bytes=len(self.raw),
+            sha256=self.sha256,
+            received_ts=self.now_ns,
+            record_ts=ref.timestamp_ns,
+            **ident,
+        )
+
+
+def internal_error_letter(
+    value: bytes | None, ref: RecordRef, exc: BaseException, now_ns: int | None = None
 ) -> DeadLetter:
-    ident: dict[str, str] = {}
-    if isinstance(elem, dict):
-        for src, dst in (
-            ("event_id", "event_id"),
-            ("schema", "schema_id"),
-            ("schema_id", "schema_id"),
-            ("kind", "kind"),
-            ("job_id", "job_id"),
-            ("node", "node"),
-        ):
-            v = elem.get(src)
-            if isinstance(v, str):
-                ident[dst] = v[:256]
-    return DeadLetter(
-        dead_letter_id=DeadLetter.make_id(ref.topic, ref.partition, ref.offset, index),
-        reason_code=code,
-        reason=reason[:2048],
-        source_topic=ref.topic,
-        partition=ref.partition,
-        offset=ref.offset,
-        index_in_batch=index,
-        size_bytes=len(raw),
-        sha256=hashlib.sha256(raw).hexdigest(),
-        received_ts=now_ns,
-        record_ts=ref.timestamp_ns,
-        **ident,
+    """The dead letter for a record the validator itself failed on (a bug, never bad input):
+    the stage records it and goes on instead of stopping."""
+    raw = value or b""
+    dead = _DeadLetters(raw, ref, now_ns or time.time_ns(), ValidationLimits(), ValidationResult())
+    return dead._letter(
+        "internal_error",
+        f"the validator failed on this record ({type(exc).__name__}); it is kept on Kafka at "
+        "this offset for a fixed worker to replay",
+        -1,
+        None,
     )

@@ -39,7 +39,7 @@ def test_single_event_object_is_accepted() -> None:
         (b"GPU0 util=97%", "not_json", "not JSON"),
         (b"\xff\xfe\x00garbage", "not_utf8", "not UTF-8"),
         (b"", "not_json", "empty message"),
-        (b"42", "not_an_event", "JSON int"),
+        (b"42", "not_an_event", "JSON number"),
         (b"[]", "empty_batch", "empty JSON array"),
         (json.dumps({"schema": "gpu_sample/9"}).encode(), "unknown_schema", "'gpu_sample/9'"),
         (json.dumps({"kind": "span"}).encode(), "unknown_schema", "unknown schema missing"),
@@ -115,3 +115,72 @@ def test_dead_letter_ids_are_stable_across_reprocessing() -> None:
         b"nope", RecordRef(REF.topic, REF.partition, REF.offset + 1, 0), LIMITS, now_ns=NOW_NS
     ).dead[0]
     assert other.dead_letter_id != a.dead_letter_id
+
+
+# -- hostile inputs (issue 15): total, linear, bounded output ---------------------------------
+def test_deep_nesting_is_a_dead_letter_not_a_crash() -> None:
+    for value in (b"[" * 2_000, b'{"a":' * 5_000, b"[" * 200_000):
+        res = run(value)
+        assert res.events == []
+        assert [d.reason_code for d in res.dead] in (["too_deep"], ["not_json"])
+    assert run(b"[" * 2_000).dead[0].reason_code == "too_deep"
+
+
+def test_five_thousand_digits_refuse_only_their_element() -> None:
+    digits = "9" * 5_000
+    assert run(digits.encode()).dead[0].reason_code == "not_an_event"
+    good = [json.loads(dump_event(span(r, NOW_NS))) for r in range(2)]
+    bad = json.loads(dump_event(span(7, NOW_NS)))
+    text = json.dumps([good[0], bad, good[1]]).replace(
+        f'"rank": {bad["rank"]}', f'"rank": {digits}', 1
+    )
+    assert digits in text
+    res = run(text.encode())
+    assert [e.event_id for e in res.events] == [g["event_id"] for g in good]
+    assert [(d.reason_code, d.index_in_batch) for d in res.dead] == [("invalid_event", 1)]
+    assert "rank" in res.dead[0].reason and digits[:50] not in res.dead[0].reason
+
+
+def test_a_mebibyte_of_bad_elements_gives_a_bounded_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output and hashing per record do not grow with the number of bad elements."""
+    import hashlib
+
+    calls = 0
+    real = hashlib.sha256
+
+    def counting(data: bytes = b"") -> "hashlib._Hash":
+        nonlocal calls
+        calls += 1
+        return real(data)
+
+    monkeypatch.setattr("rankscope.streams.validate.hashlib.sha256", counting)
+    limits = ValidationLimits(max_batch_events=1_000_000)
+    value = b"[" + b",".join([b"{}"] * 349_000) + b"]"
+    assert 0.6 * 2**20 < len(value) <= LIMITS.max_message_bytes
+    res = validate_message(value, REF, limits, now_ns=NOW_NS)
+    cap = limits.max_dead_letters_per_record
+    assert len(res.dead) == cap + 1 and res.events == []
+    assert [d.index_in_batch for d in res.dead] == [*range(cap), cap]
+    summary = res.dead[-1]
+    assert summary.reason_code == "too_many_errors"
+    assert f"{349_000 - cap:,} more bad elements" in summary.reason
+    assert "unknown_schema" in summary.reason
+    assert calls == 1
+
+
+def test_a_batch_over_the_element_limit_is_refused_whole() -> None:
+    evs = [heartbeat(f"n{i}", NOW_NS) for i in range(6)]
+    res = validate_message(
+        dump_events(evs), REF, ValidationLimits(max_batch_events=5), now_ns=NOW_NS
+    )
+    assert res.events == []
+    assert [(d.reason_code, d.index_in_batch) for d in res.dead] == [("too_large", -1)]
+    assert "6 elements exceeds the 5-element limit" in res.dead[0].reason
+
+
+def test_internal_error_letter_names_the_record_not_its_contents() -> None:
+    from rankscope.streams.validate import internal_error_letter
+
+    letter = internal_error_letter(SECRET.encode(), REF, KeyError(SECRET), now_ns=NOW_NS)
+    assert letter.reason_code == "internal_error" and letter.offset == REF.offset
+    assert SECRET not in letter.model_dump_json()

@@ -23,6 +23,7 @@ from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.validate import (
     RecordRef,
     ValidationResult,
+    internal_error_letter,
     validate_message,
     validate_otlp_message,
 )
@@ -59,10 +60,18 @@ class ValidateStage:
                     timestamp_ns=int((msg.timestamp or 0) * 1e9),
                 )
                 result: ValidationResult
-                if msg.topic == otlp_spans:
-                    result = validate_otlp_message(event.value, ref, limits)
-                else:
-                    result = validate_message(event.value, ref, limits)
+                try:
+                    if msg.topic == otlp_spans:
+                        result = validate_otlp_message(event.value, ref, limits)
+                    else:
+                        result = validate_message(event.value, ref, limits)
+                except Exception as exc:
+                    # A validator bug, never bad input: record it and go on, so no record can
+                    # stop the stage (the record stays on Kafka for a fixed worker to replay).
+                    log.exception(
+                        "validator failed on %s:%d:%d", ref.topic, ref.partition, ref.offset
+                    )
+                    result = ValidationResult(dead=[internal_error_letter(event.value, ref, exc)])
                 counters.records_in += 1
                 if result.events:
                     counters.events_valid += len(result.events)
