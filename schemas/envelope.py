@@ -7,7 +7,7 @@ deduplicate it without knowing its payload. The payload is typed per kind in ``p
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, get_args
+from typing import Annotated, Final, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -17,7 +17,20 @@ OptionalText = Annotated[str, StringConstraints(max_length=256)]
 EventId = Annotated[
     str, StringConstraints(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
 ]
-NonNegativeNs = Annotated[int, Field(ge=0)]
+# The ranges of the ClickHouse integer columns fields are stored in: a value the schema accepts
+# must fit its column, or it fails the insert of its whole batch (tests/test_schema_storage_bounds
+# holds every event field against the migrated tables).
+INT16_MAX: Final = 2**15 - 1
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+UINT16_MAX: Final = 2**16 - 1
+UINT32_MAX: Final = 2**32 - 1
+UINT64_MAX: Final = 2**64 - 1
+
+NonNegativeNs = Annotated[int, Field(ge=0, le=INT64_MAX)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 
 def new_event_id() -> str:
@@ -40,15 +53,20 @@ class Envelope(BaseModel):
         default="", description="Scheduler job id; empty for node-level events."
     )
     node: Identifier = Field(description="Host name of the node the event comes from.")
-    rank: int | None = Field(default=None, ge=0, description="Global rank, where it applies.")
-    local_rank: int | None = Field(default=None, ge=0)
-    gpu: int | None = Field(default=None, ge=0, description="GPU index on the node.")
+    rank: int | None = Field(
+        default=None, ge=0, le=INT32_MAX, description="Global rank, where it applies."
+    )
+    local_rank: int | None = Field(default=None, ge=0, le=INT16_MAX)
+    gpu: int | None = Field(default=None, ge=0, le=INT16_MAX, description="GPU index on the node.")
     ts: NonNegativeNs = Field(
         description="Event time in ns since the epoch, from the source clock."
     )
     observed_ts: NonNegativeNs = Field(description="When the collector observed/published it (ns).")
     clock_offset_ns: int | None = Field(
-        default=None, description="Estimated offset of the source clock from true time, if known."
+        default=None,
+        ge=INT64_MIN,
+        le=INT64_MAX,
+        description="Estimated offset of the source clock from true time, if known.",
     )
 
 

@@ -13,6 +13,18 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from rankscope.schemas.envelope import (
+    INT16_MAX,
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    INT64_MIN,
+    UINT16_MAX,
+    UINT32_MAX,
+    UINT64_MAX,
+    Int64,
+)
+
 ShortText = Annotated[str, StringConstraints(max_length=256)]
 LongText = Annotated[str, StringConstraints(max_length=16_384)]
 Pct = Annotated[float, Field(ge=0, le=100)]
@@ -29,19 +41,23 @@ class GpuSample(Payload):
     gpu_uuid: ShortText
     sm_util_pct: Pct
     mem_util_pct: Pct | None = None
-    mem_used_bytes: int | None = Field(default=None, ge=0)
-    mem_total_bytes: int | None = Field(default=None, ge=0)
+    mem_used_bytes: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    mem_total_bytes: int | None = Field(default=None, ge=0, le=UINT64_MAX)
     sm_clock_mhz: float | None = Field(default=None, ge=0)
     mem_clock_mhz: float | None = Field(default=None, ge=0)
     power_w: float | None = Field(default=None, ge=0)
-    energy_mj: int | None = Field(default=None, ge=0, description="NVML total energy counter (mJ).")
+    energy_mj: int | None = Field(
+        default=None, ge=0, le=UINT64_MAX, description="NVML total energy counter (mJ)."
+    )
     temperature_c: float | None = None
-    throttle_reasons: int | None = Field(default=None, ge=0, description="NVML bitmask.")
-    pcie_replay_count: int | None = Field(default=None, ge=0)
-    ecc_sbe_total: int | None = Field(default=None, ge=0)
-    ecc_dbe_total: int | None = Field(default=None, ge=0)
-    remapped_rows: int | None = Field(default=None, ge=0)
-    nvlink_errors_total: int | None = Field(default=None, ge=0)
+    throttle_reasons: int | None = Field(
+        default=None, ge=0, le=UINT64_MAX, description="NVML bitmask."
+    )
+    pcie_replay_count: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    ecc_sbe_total: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    ecc_dbe_total: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    remapped_rows: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    nvlink_errors_total: int | None = Field(default=None, ge=0, le=UINT64_MAX)
 
 
 GpuEventType = Literal[
@@ -54,8 +70,8 @@ class GpuEvent(Payload):
 
     event_type: GpuEventType
     gpu_uuid: ShortText = ""
-    xid: int | None = Field(default=None, ge=0)
-    count: int = Field(default=1, ge=1)
+    xid: int | None = Field(default=None, ge=0, le=UINT32_MAX)
+    count: int = Field(default=1, ge=1, le=UINT32_MAX)
     message: LongText = ""
 
 
@@ -64,7 +80,7 @@ class Heartbeat(Payload):
 
     agent: ShortText
     agent_version: ShortText = ""
-    seq: int = Field(ge=0)
+    seq: int = Field(ge=0, le=UINT64_MAX)
     interval_s: float = Field(gt=0)
 
 
@@ -91,7 +107,7 @@ class SchedulerEvent(Payload):
     event_type: SchedulerEventType
     state: ShortText = ""
     reason: LongText = ""
-    exit_code: int | None = None
+    exit_code: int | None = Field(default=None, ge=INT32_MIN, le=INT32_MAX)
 
 
 SpanPhase = Literal[
@@ -110,9 +126,9 @@ class Span(Payload):
     trace_id: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
     span_id: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
     parent_span_id: Annotated[str, StringConstraints(pattern=r"^([0-9a-f]{16})?$")] = ""
-    start_ns: int = Field(ge=0)
-    end_ns: int = Field(ge=0)
-    step: int | None = Field(default=None, ge=0)
+    start_ns: int = Field(ge=0, le=INT64_MAX)
+    end_ns: int = Field(ge=0, le=INT64_MAX)
+    step: int | None = Field(default=None, ge=0, le=INT64_MAX)
     status: Literal["ok", "error", "unset"] = "unset"
     error_type: ShortText = ""
     error_message: LongText = ""
@@ -132,12 +148,12 @@ class FabricCounters(Payload):
     """
 
     device: ShortText  # e.g. mlx5_0
-    port: int = Field(ge=0)
+    port: int = Field(ge=0, le=UINT16_MAX)
     link_layer: ShortText = ""  # InfiniBand | Ethernet
     state: ShortText = ""  # e.g. "4: ACTIVE"
     phys_state: ShortText = ""  # e.g. "5: LinkUp"
     rate: ShortText = ""  # e.g. "400 Gb/sec (4X NDR)"
-    counters: dict[ShortText, int] = Field(default_factory=dict, max_length=256)
+    counters: dict[ShortText, Int64] = Field(default_factory=dict, max_length=256)
     rates_per_s: dict[ShortText, float] = Field(default_factory=dict, max_length=256)
     interval_s: float | None = Field(default=None, gt=0)
 
@@ -159,9 +175,9 @@ class FabricEvent(Payload):
 
     event_type: FabricEventType
     device: ShortText = ""  # HCA (mlx5_0) or GPU uuid for NVLink
-    port: int | None = Field(default=None, ge=0)  # HCA port or NVLink link index
+    port: int | None = Field(default=None, ge=0, le=UINT16_MAX)  # HCA port or NVLink link index
     counter: ShortText = ""
-    delta: int | None = None
+    delta: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
     old_state: ShortText = ""
     new_state: ShortText = ""
     message: LongText = ""
@@ -188,21 +204,25 @@ class CommEvent(Payload):
     source: Literal["nccl", "pytorch", "other"]
     event_type: CommEventType
     op: ShortText = ""  # e.g. ALLREDUCE
-    seq: int | None = Field(default=None, ge=0)  # collective sequence number
-    peer_rank: int | None = Field(default=None, ge=0)
+    seq: int | None = Field(default=None, ge=0, le=UINT64_MAX)  # collective sequence number
+    peer_rank: int | None = Field(default=None, ge=0, le=INT32_MAX)
     peer: ShortText = ""  # peer host/address as logged
-    timeout_ms: int | None = Field(default=None, ge=0)
-    elapsed_ms: int | None = Field(default=None, ge=0)
+    timeout_ms: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    elapsed_ms: int | None = Field(default=None, ge=0, le=UINT64_MAX)
     process_group: ShortText = ""
-    pid: int | None = Field(default=None, ge=0)
+    pid: int | None = Field(default=None, ge=0, le=UINT32_MAX)
     log_file: ShortText = ""
     message: LongText = ""
     host: ShortText = ""  # host as printed in the line (log directories may be shared)
     hca: ShortText = ""  # e.g. mlx5_1:1, joins NCCL errors to this node's fabric events
-    cuda_dev: int | None = Field(default=None, ge=0)  # NCCL's [cudaDev]
-    ib_status: int | None = None  # ibv_wc_status of a NET/IB completion error
-    vendor_err: int | None = None
-    pg_rank: int | None = Field(default=None, ge=0)  # rank within a non-default process group
+    cuda_dev: int | None = Field(default=None, ge=0, le=INT16_MAX)  # NCCL's [cudaDev]
+    ib_status: int | None = Field(
+        default=None, ge=INT32_MIN, le=INT32_MAX
+    )  # ibv_wc_status of a NET/IB completion error
+    vendor_err: int | None = Field(default=None, ge=INT64_MIN, le=INT64_MAX)
+    pg_rank: int | None = Field(
+        default=None, ge=0, le=INT32_MAX
+    )  # rank within a non-default process group
 
 
 class NodeInventory(Payload):
@@ -214,7 +234,7 @@ class NodeInventory(Payload):
     kernel: ShortText = ""
     os: ShortText = ""
     gpu_model: ShortText = ""
-    gpu_count: int = Field(default=0, ge=0)
+    gpu_count: int = Field(default=0, ge=0, le=UINT16_MAX)
     gpu_vbios: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
     hca_firmware: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
     extra: dict[ShortText, ShortText] = Field(default_factory=dict, max_length=64)
@@ -252,5 +272,5 @@ class AgentEvent(Payload):
     event_type: AgentEventType
     agent: ShortText = "rankscope-agent"
     collector: ShortText = ""
-    count: int = Field(default=0, ge=0)
+    count: int = Field(default=0, ge=0, le=UINT64_MAX)
     message: LongText = ""

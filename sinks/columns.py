@@ -135,6 +135,8 @@ class TableSpec:
         self.model = model
         #: column names in table order (an insert's ``column_names``)
         self.columns = names
+        #: where each column is read on the model (dotted into ``payload`` for event tables)
+        self.paths = paths
         #: the row of one record of ``model``
         self.to_row = _attr_row(paths, fixes_of(cols))
 

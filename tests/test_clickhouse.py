@@ -32,7 +32,8 @@ from tests.factories import NOW_NS, gpu_sample, heartbeat, scheduler, span
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _every_kind() -> list:  # type: ignore[type-arg]
+def every_kind() -> list:  # type: ignore[type-arg]
+    """One event of every kind (also used by tests/test_schema_storage_bounds.py)."""
     jobs = JobRegistry()
     jobs.bind_gpu(2, JobBinding(job_id="job-1", rank=10, local_rank=2))
     f = EventFactory("c1", "node001", jobs)
@@ -69,7 +70,7 @@ def test_every_kind_maps_to_a_row_and_dedups_on_event_id(services: Services) -> 
     db = f"t{uuid.uuid4().hex[:10]}"
     client = connect(services.clickhouse_url)
     migrate(client, db)
-    events = _every_kind()
+    events = every_kind()
     assert {type(e) for e in events} == set(EVENT_TABLES), "a kind is missing from this test"
     for _ in range(2):  # the second insert is a replayed batch
         for ev in events:
@@ -95,7 +96,7 @@ def test_fast_rows_equal_model_rows_for_every_kind() -> None:
     from rankscope.schemas.events import dump_event
     from rankscope.sinks.rows import fast_row
 
-    events = _every_kind()
+    events = every_kind()
     span_ev = events[0]
     attrs = {"lr": 0.001, "ok": True, "n": 3, "tag": "x"}
     events[0] = span_ev.model_copy(

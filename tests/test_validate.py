@@ -141,7 +141,9 @@ def test_five_thousand_digits_refuse_only_their_element() -> None:
     assert "rank" in res.dead[0].reason and digits[:50] not in res.dead[0].reason
 
 
-def test_a_mebibyte_of_bad_elements_gives_a_bounded_summary(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_mebibyte_of_bad_elements_gives_a_bounded_summary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Output and hashing per record do not grow with the number of bad elements."""
     import hashlib
 
