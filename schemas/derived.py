@@ -24,6 +24,7 @@ DeadLetterCode = Literal[
     "too_deep",
     "too_many_errors",
     "internal_error",
+    "store_refused",
 ]
 
 

@@ -1,8 +1,13 @@
 """The ClickHouse sink: Kafka (its own consumer group) -> batched, idempotent ClickHouse writes.
 
-Offsets are committed only after every row consumed so far is in ClickHouse. A crash between
-the write and the commit re-delivers the batch; the tables' ReplacingMergeTree keys (ending in
-the event id) make the second copy invisible to ``FINAL`` queries and collapse it on merge.
+Offsets are committed only after every row consumed so far is in ClickHouse (or, refused by
+ClickHouse for its data, in the dead-letter table with ClickHouse's reason). A crash between the
+write and the commit re-delivers the batch; the tables' ReplacingMergeTree keys (ending in the
+event id) make the second copy invisible to ``FINAL`` queries and collapse it on merge.
+
+When ClickHouse is unavailable the sink neither exits nor holds rows: it drops its buffers,
+rewinds its partitions to the committed offsets, pauses them (polling on, so it keeps its place in
+the consumer group), waits for the server with jittered backoff, and resumes.
 """
 
 from __future__ import annotations
@@ -10,14 +15,15 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from pydantic import BaseModel, Field, ValidationError
+from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential_jitter
 
 from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
 from rankscope.schemas.derived import (
@@ -47,8 +53,12 @@ from rankscope.sinks.rows import (
     event_spec,
     fast_row,
 )
+from rankscope.sinks.writer import ClickHouseUnavailable, write_rows
 
 log = logging.getLogger("rankscope.sink")
+
+#: where a buffered row came from: topic, partition, offset, index in the record's batch
+RowRef = tuple[str, int, int, int]
 
 
 class SinkConfig(BaseModel):
@@ -59,7 +69,9 @@ class SinkConfig(BaseModel):
     group_id: str = "rankscope-sink"
     max_batch_rows: int = Field(default=50_000, gt=0)
     max_batch_latency_s: float = Field(default=1.0, gt=0)
-    insert_retries: int = Field(default=5, ge=0)
+    outage_max_backoff_s: float = Field(
+        default=30.0, gt=0, description="Longest wait between checks while ClickHouse is away."
+    )
     migrate: bool = True
     consumer_extra: dict[str, str] = Field(default_factory=dict)
     security: KafkaSecurity | None = Field(
@@ -78,19 +90,23 @@ class SinkStats:
     batches: int = 0
     commits: int = 0
     decode_errors: int = 0
+    rows_refused: int = 0
+    outages: int = 0
+    outage_s: float = 0.0
     rows_by_table: dict[str, int] = field(default_factory=dict)
 
 
 class _Buffers:
     def __init__(self) -> None:
-        self.rows: dict[str, tuple[TableSpec, list[Row]]] = {}
+        self.rows: dict[str, tuple[TableSpec, list[Row], list[RowRef]]] = {}
         self.count = 0
 
-    def add(self, spec: TableSpec, row: Row) -> None:
+    def add(self, spec: TableSpec, row: Row, ref: RowRef) -> None:
         entry = self.rows.get(spec.table)
         if entry is None:
-            entry = self.rows[spec.table] = (spec, [])
+            entry = self.rows[spec.table] = (spec, [], [])
         entry[1].append(row)
+        entry[2].append(ref)
         self.count += 1
 
     def clear(self) -> None:
@@ -138,18 +154,21 @@ class ClickHouseSink:
         self._buffers = _Buffers()
         self._stop = False
         self._last_flush = time.monotonic()
+        #: outages in a row without a stored batch between them (sets the first wait)
+        self._outage_streak = 0
 
     # -- decoding ------------------------------------------------------------------------
     def _decode_events(self, msg: Message) -> None:
         value = msg.value() or b""
+        topic, partition, offset = _where(msg)
         try:
             docs = orjson.loads(value)
             rows = [fast_row(d) for d in (docs if isinstance(docs, list) else [docs])]
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
+        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError, ValueError):
             rows = None  # not what the validate stage writes: take the validating path
         if rows is not None:
-            for spec, row in rows:
-                self._buffers.add(spec, row)
+            for i, (spec, row) in enumerate(rows):
+                self._buffers.add(spec, row, (topic, partition, offset, i))
             return
         try:
             events = EVENT_LIST_ADAPTER.validate_json(value)
@@ -158,9 +177,9 @@ class ClickHouseSink:
                 msg, f"sink could not decode events record: {exc.error_count()} errors"
             )
             return
-        for ev in events:
+        for i, ev in enumerate(events):
             spec = event_spec(ev)
-            self._buffers.add(spec, spec.to_row(ev))
+            self._buffers.add(spec, spec.to_row(ev), (topic, partition, offset, i))
 
     def _decode_model(self, model: type[BaseModel], spec: TableSpec) -> Callable[[Message], None]:
         def decode(msg: Message) -> None:
@@ -171,7 +190,7 @@ class ClickHouseSink:
                     msg, f"sink could not decode {spec.table} record: {exc.error_count()} errors"
                 )
                 return
-            self._buffers.add(spec, spec.to_row(rec))
+            self._buffers.add(spec, spec.to_row(rec), (*_where(msg), -1))
 
         return decode
 
@@ -182,7 +201,7 @@ class ClickHouseSink:
 
         self.stats.decode_errors += 1
         raw = msg.value() or b""
-        topic, partition, offset = msg.topic() or "", msg.partition() or 0, msg.offset() or 0
+        topic, partition, offset = _where(msg)
         dead = DeadLetter(
             dead_letter_id=DeadLetter.make_id(topic, partition, offset, -1),
             reason_code="invalid_event",
@@ -194,33 +213,67 @@ class ClickHouseSink:
             sha256=hashlib.sha256(raw).hexdigest(),
             received_ts=time.time_ns(),
         )
-        self._buffers.add(DEADLETTER_TABLE, DEADLETTER_TABLE.to_row(dead))
+        self._buffers.add(
+            DEADLETTER_TABLE, DEADLETTER_TABLE.to_row(dead), (topic, partition, offset, -1)
+        )
 
     # -- writing -------------------------------------------------------------------------
-    def _insert(self, spec: TableSpec, rows: list[Row]) -> None:
-        table = f"{self.config.database}.{spec.table}"
-        for attempt in range(self.config.insert_retries + 1):
-            try:
-                self._client.insert(table, rows, column_names=spec.columns)
-                return
-            except Exception:
-                if attempt >= self.config.insert_retries:
-                    raise
-                delay = min(10.0, 0.2 * 2**attempt)
-                log.warning("insert into %s failed; retry %d in %.1fs", table, attempt + 1, delay)
-                time.sleep(delay)
+    def _insert(self, spec: TableSpec, rows: Sequence[Row]) -> None:
+        self._client.insert(f"{self.config.database}.{spec.table}", rows, column_names=spec.columns)
+
+    def _write(self, spec: TableSpec, rows: list[Row]) -> list[tuple[int, str]]:
+        """Store ``rows``; the (position, ClickHouse's error) of each one it refused."""
+        refused = write_rows(lambda chunk: self._insert(spec, chunk), rows)
+        return [(r.position, r.error) for r in refused]
+
+    def _refused_letter(self, spec: TableSpec, row: Row, ref: RowRef, error: str) -> Row:
+        """The dead letter of a row ClickHouse refused: where it came from, and ClickHouse's
+        reason; the row itself stays on Kafka (the source of truth)."""
+        topic, partition, offset, index = ref
+        named = dict(zip(spec.columns, row, strict=True))
+        ident = {
+            k: str(named[col])[:256]
+            for k, col in (("event_id", "event_id"), ("job_id", "job_id"), ("node", "node"))
+            if col in named
+        }
+        dead = DeadLetter(
+            dead_letter_id=DeadLetter.make_id(topic, partition, offset, index),
+            reason_code="store_refused",
+            reason=f"ClickHouse refused this row for table {spec.table}: {error}"[:2048],
+            source_topic=topic,
+            partition=partition,
+            offset=offset,
+            index_in_batch=index,
+            size_bytes=0,
+            sha256="",
+            received_ts=time.time_ns(),
+            **ident,
+        )
+        return DEADLETTER_TABLE.to_row(dead)
 
     def flush(self) -> None:
-        """Write every buffered row, then commit the consumed offsets (never the other way)."""
+        """Write every buffered row (refused ones as dead letters), then commit the consumed
+        offsets (never the other way). Raises ClickHouseUnavailable with nothing committed."""
         if self._buffers.count:
-            for spec, rows in self._buffers.rows.values():
-                self._insert(spec, rows)
-                self.stats.rows_by_table[spec.table] = self.stats.rows_by_table.get(
-                    spec.table, 0
-                ) + len(rows)
+            dead: list[Row] = []
+            for spec, rows, refs in self._buffers.rows.values():
+                refused = self._write(spec, rows)
+                for position, error in refused:
+                    dead.append(self._refused_letter(spec, rows[position], refs[position], error))
+                stored = len(rows) - len(refused)
+                self.stats.rows_by_table[spec.table] = (
+                    self.stats.rows_by_table.get(spec.table, 0) + stored
+                )
+            if dead:
+                self.stats.rows_refused += len(dead)
+                log.warning("ClickHouse refused %d rows: stored as dead letters", len(dead))
+                for _, error in self._write(DEADLETTER_TABLE, dead):
+                    # nothing left to fall back on; the records stay on Kafka at their offsets
+                    log.error("dead letter refused too (records kept on Kafka): %s", error)
             self.stats.rows_written += self._buffers.count
             self.stats.batches += 1
             self._buffers.clear()
+            self._outage_streak = 0
             try:
                 self._consumer.commit(asynchronous=False)
                 self.stats.commits += 1
@@ -229,9 +282,87 @@ class ClickHouseSink:
                     log.warning("offset commit failed (records will be re-read): %s", exc)
         self._last_flush = time.monotonic()
 
+    def _flush_or_wait(self) -> None:
+        try:
+            self.flush()
+        except ClickHouseUnavailable as exc:
+            self._wait_for_clickhouse(str(exc))
+
+    # -- outages -------------------------------------------------------------------------
+    def _rewind(self) -> None:
+        """Forget buffered rows; every assigned partition reads again from its committed offset."""
+        self._buffers.clear()
+        assignment = self._consumer.assignment()
+        if not assignment:
+            return
+        for tp in self._consumer.committed(assignment, timeout=10):
+            offset = tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            self._consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+    def _idle(self, seconds: float) -> None:
+        """Wait while staying in the consumer group: poll paused partitions. A record that
+        arrives anyway (a partition assigned meanwhile) is put back for after the outage."""
+        deadline = time.monotonic() + seconds
+        while not self._stop and (left := deadline - time.monotonic()) > 0:
+            msgs = self._consumer.consume(num_messages=500, timeout=min(left, 0.5))
+            first: dict[tuple[str, int], int] = {}
+            for msg in msgs:
+                if msg.error() is None:
+                    first.setdefault((msg.topic() or "", msg.partition() or 0), msg.offset() or 0)
+            for (topic, partition), offset in first.items():
+                self._consumer.seek(TopicPartition(topic, partition, offset))
+            self._consumer.pause(self._consumer.assignment())
+
+    def _clickhouse_up(self) -> bool:
+        try:
+            return bool(self._client.ping())
+        except Exception:
+            return False
+
+    def _wait_for_clickhouse(self, reason: str) -> None:
+        self.stats.outages += 1
+        self._outage_streak += 1
+        started = time.monotonic()
+        log.warning("ClickHouse unavailable (%s): pausing consumption, nothing is lost", reason)
+        self._rewind()
+        self._consumer.pause(self._consumer.assignment())
+        backoff = self.config.outage_max_backoff_s
+        # an outage right after the last one (the server answers pings but refuses writes)
+        # starts with a longer wait, so the sink does not spin
+        self._idle(min(backoff, 0.5 * 2 ** (self._outage_streak - 1)))
+
+        def note(state: RetryCallState) -> None:
+            if state.attempt_number % 5 == 0:
+                log.warning(
+                    "ClickHouse still unavailable after %.0f s (%d checks)",
+                    time.monotonic() - started,
+                    state.attempt_number,
+                )
+
+        try:
+            Retrying(
+                retry=retry_if_result(lambda up: not up),
+                wait=wait_exponential_jitter(initial=0.5, max=backoff),
+                stop=lambda _state: self._stop,
+                sleep=self._idle,
+                before_sleep=note,
+            )(self._clickhouse_up)
+        except RetryError:
+            return  # stopping: offsets stay uncommitted, the records are read again later
+        finally:
+            self.stats.outage_s += time.monotonic() - started
+            self._consumer.resume(self._consumer.assignment())
+        log.warning(
+            "ClickHouse is back after %.0f s: resuming from the committed offsets",
+            time.monotonic() - started,
+        )
+
     # -- loop ----------------------------------------------------------------------------
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self.flush()
+        try:
+            self.flush()
+        except ClickHouseUnavailable:
+            self._rewind()  # the new owners read the unstored records again; we keep nothing
 
     def stop(self) -> None:
         self._stop = True
@@ -252,7 +383,7 @@ class ClickHouseSink:
         if self._buffers.count >= self.config.max_batch_rows or (
             self._buffers.count and (due or not msgs)
         ):
-            self.flush()
+            self._flush_or_wait()
         return len(msgs)
 
     def run(self, until: Callable[[], bool] | None = None) -> SinkStats:
@@ -260,7 +391,7 @@ class ClickHouseSink:
         try:
             while not self._stop and not (until and until()):
                 self.poll_once()
-            self.flush()
+            self._flush_or_wait()
         finally:
             self._consumer.close()
         return self.stats
@@ -277,3 +408,7 @@ def run_sink(config: SinkConfig) -> SinkStats:
     signal.signal(signal.SIGTERM, _handle)
     signal.signal(signal.SIGINT, _handle)
     return sink.run()
+
+
+def _where(msg: Message) -> tuple[str, int, int]:
+    return msg.topic() or "", msg.partition() or 0, msg.offset() or 0
