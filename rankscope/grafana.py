@@ -12,8 +12,8 @@ so no value (job ids and node names come from telemetry) can close the string li
 in, whatever quotes or backslashes it holds. ``singlequote`` and ``sqlstring`` leave ``\\``
 alone, which ClickHouse reads as an escape; they are not used.
 
-``expand`` does what the plugin does to a panel's SQL before it reaches ClickHouse; the tests
-run every panel that way against an engine loaded with a simulated job.
+``expand`` does what Grafana and the plugin do to a panel's SQL before it reaches ClickHouse;
+the tests run every panel that way against an engine loaded with a simulated job.
 
 The built JSON ships in the package (``rankscope/dashboards``: what compose provisions and
 ``packaged_dashboards`` lists); after changing a dashboard here, refresh it with
@@ -83,8 +83,8 @@ def value_of(name: str) -> str:
 def values_of(name: str) -> str:
     """SQL (an Array(String)) for the values of the multi-valued variable ``name``.
 
-    ``percentencode`` writes a list as the encoding of ``{v1,v2}`` (values joined by ``,``, each
-    unescaped inside the braces), so the braces are dropped and the text split at ``,``. A value
+    ``percentencode`` writes a list as the encoding of ``{v1,v2}`` (the values joined by ``,``
+    first, then the whole encoded), so the braces are dropped and the text split at ``,``. A value
     that itself holds ``,`` arrives in pieces: it can narrow or widen the selection, never change
     the query. "All" is the list of every option (the variables set no custom all value)."""
     return (

@@ -124,7 +124,7 @@ def test_the_lint_refuses_the_old_splices(sql: str) -> None:
     assert unsafe_splices(sql, MULTI_VARIABLES)
 
 
-def test_percent_encode_is_graphanas_encode_uri_component_strict() -> None:
+def test_percent_encode_is_grafanas_encode_uri_component_strict() -> None:
     # encodeURIComponent, then !'()* as %XX: what Grafana's percentencode format writes
     assert percent_encode("a'b\\ (x)!*~é") == "a%27b%5C%20%28x%29%21%2A~%C3%A9"
     assert percent_encode('+&=/?#;,:@$"<>[]{}|^`') == (
