@@ -1,13 +1,19 @@
 """Grafana dashboards as code, built with grafana-foundation-sdk; ``rankscope grafana build``.
 
-Panels query the official ClickHouse datasource plugin with raw SQL: Grafana's macros
-(``$__timeFilter(ts)``, ``$__timeInterval(ts)``) and dashboard variables (``${cluster}``,
-``${job}``, ``${node}``, ``${rank}``). Where a panel answers a question of the named SQL library
-it runs that file, its parameters bound to variables, so the dashboards and the CLI cannot
-drift apart. Table names are unqualified: the datasource's default database applies.
+Panels query the official ClickHouse datasource plugin with raw SQL: the plugin's macros
+(``$__timeFilter(ts)``, ``$__timeInterval(ts)``) and dashboard variables (``cluster``, ``job``,
+``node``, ``rank``). Where a panel answers a question of the named SQL library it runs that
+file, its parameters bound to variables, so the dashboards and the CLI cannot drift apart.
+Table names are unqualified: the datasource's default database applies.
 
-``expand`` does what the plugin does to a panel's SQL before it reaches ClickHouse; the tests
-run every panel that way against an engine loaded with a simulated job.
+Variables reach the SQL only percent-encoded and decoded by ClickHouse (``value_of``,
+``values_of``): Grafana's ``percentencode`` format writes nothing but ``A-Z a-z 0-9 - _ . ~ %``,
+so no value (job ids and node names come from telemetry) can close the string literal it sits
+in, whatever quotes or backslashes it holds. ``singlequote`` and ``sqlstring`` leave ``\\``
+alone, which ClickHouse reads as an escape; they are not used.
+
+``expand`` does what Grafana and the plugin do to a panel's SQL before it reaches ClickHouse;
+the tests run every panel that way against an engine loaded with a simulated job.
 
 The built JSON ships in the package (``rankscope/dashboards``: what compose provisions and
 ``packaged_dashboards`` lists); after changing a dashboard here, refresh it with
@@ -19,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -64,9 +71,37 @@ class ClickHouseSql(cogbuilder.Builder[cogvariants.Dataquery]):
         return self._query
 
 
+def value_of(name: str) -> str:
+    """SQL (a String) for the value of the single-valued variable ``name``.
+
+    Grafana's ``percentencode`` is ``encodeURIComponent`` with ``!'()*`` escaped as well, so the
+    literal holds only ``A-Z a-z 0-9 - _ . ~ %``; ``decodeURLComponent`` gives back the value's
+    bytes (it leaves ``+`` alone, and the format writes ``+`` as ``%2B``)."""
+    return f"decodeURLComponent('${{{name}:percentencode}}')"
+
+
+def values_of(name: str) -> str:
+    """SQL (an Array(String)) for the values of the multi-valued variable ``name``.
+
+    ``percentencode`` writes a list as the encoding of ``{v1,v2}`` (the values joined by ``,``
+    first, then the whole encoded), so the braces are dropped and the text split at ``,``. A value
+    that itself holds ``,`` arrives in pieces: it can narrow or widen the selection, never change
+    the query. "All" is the list of every option (the variables set no custom all value)."""
+    return (
+        "splitByChar(',', replaceRegexpOne(replaceRegexpOne("
+        f"{value_of(name)}, '^[{{]', ''), '[}}]$', ''))"
+    )
+
+
+#: every way a dashboard's SQL may use a variable; tests refuse any other
+CLUSTER, JOB = value_of("cluster"), value_of("job")
+NODES, RANKS = values_of("node"), values_of("rank")
+MULTI_VARIABLES = ("node", "rank")
+
+
 def named(name: str, **params: str) -> str:
-    """A named query's SQL for a panel: its parameters bound to Grafana expressions (quoted
-    variables such as ``'${job}'``), the database left to the datasource."""
+    """A named query's SQL for a panel: its parameters bound to SQL expressions (variables as
+    ``value_of`` gives them), the database left to the datasource."""
     q = load_queries()[name]
     sql = q.sql.replace("{db:Identifier}.", "")
     for p in q.params:
@@ -84,7 +119,7 @@ def _literal(ptype: str, value: str) -> str:
 
 
 # -- the dashboards ------------------------------------------------------------------------------
-JOB_FILTER = "cluster IN (${cluster:singlequote}) AND job_id = '${job}'"
+JOB_FILTER = f"cluster = {CLUSTER} AND job_id = {JOB}"
 
 
 @dataclass(frozen=True)
@@ -113,8 +148,8 @@ def _variables() -> dict[str, str]:
     return {
         "cluster": "SELECT DISTINCT cluster FROM spans WHERE $__timeFilter(ts) ORDER BY cluster",
         "job": (
-            "SELECT job_id FROM spans WHERE $__timeFilter(ts) AND cluster IN "
-            "(${cluster:singlequote}) GROUP BY job_id ORDER BY max(ts) DESC"
+            f"SELECT job_id FROM spans WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
+            "GROUP BY job_id ORDER BY max(ts) DESC"
         ),
         "node": (
             f"SELECT DISTINCT node FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
@@ -139,7 +174,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 named(
                     "jobs_overview",
                     hours="toUInt32(($__toTime - $__fromTime) / 3600 + 1)",
-                    cluster="'${cluster}'",
+                    cluster=CLUSTER,
                 ),
                 width=24,
             ),
@@ -147,8 +182,8 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Incidents per hour by cause",
                 "timeseries",
                 "SELECT $__timeInterval(first_cause_ts) AS time, cause_class, count() AS incidents "
-                "FROM incidents FINAL WHERE $__timeFilter(first_cause_ts) AND cluster IN "
-                "(${cluster:singlequote}) GROUP BY time, cause_class ORDER BY time",
+                "FROM incidents FINAL WHERE $__timeFilter(first_cause_ts) "
+                f"AND cluster = {CLUSTER} GROUP BY time, cause_class ORDER BY time",
                 fmt="time_series",
             ),
             PanelSpec(
@@ -167,8 +202,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "SELECT $__timeInterval(hour) AS time, sum(xids) AS xids, "
                 "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors FROM node_hour "
                 "WHERE hour >= toStartOfHour($__fromTime) AND hour <= $__toTime "
-                "AND cluster IN (${cluster:singlequote}) "
-                "GROUP BY time ORDER BY time",
+                f"AND cluster = {CLUSTER} GROUP BY time ORDER BY time",
                 fmt="time_series",
             ),
         ],
@@ -190,7 +224,7 @@ DASHBOARDS: list[DashboardSpec] = [
             PanelSpec(
                 "Incident timeline",
                 "table",
-                named("incident_timeline", job_id="'${job}'"),
+                named("incident_timeline", job_id=JOB),
                 width=24,
             ),
             PanelSpec(
@@ -198,7 +232,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "table",
                 named(
                     "recovery_history",
-                    job_id="'${job}'",
+                    job_id=JOB,
                     hours="toUInt32((now() - $__fromTime) / 3600 + 1)",
                 ),
                 width=24,
@@ -208,7 +242,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(sm_util_pct) "
                 f"AS util FROM gpu_samples WHERE {JOB_FILTER} AND $__timeFilter(ts) "
-                "AND node IN (${node:singlequote}) GROUP BY time, rank ORDER BY time",
+                f"AND has({NODES}, node) GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="percent",
             ),
@@ -217,7 +251,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(duration_s) "
                 f"AS step_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) AND phase = 'step' "
-                "AND rank IN (${rank}) GROUP BY time, rank ORDER BY time",
+                f"AND has({RANKS}, toString(rank)) GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="s",
             ),
@@ -231,7 +265,7 @@ DASHBOARDS: list[DashboardSpec] = [
             PanelSpec(
                 "Straggler findings",
                 "table",
-                named("straggler_history", job_id="'${job}'"),
+                named("straggler_history", job_id=JOB),
                 width=24,
             ),
             PanelSpec(
@@ -257,7 +291,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 named(
                     "xid_link_vs_nccl",
                     hours="toUInt32(($__toTime - $__fromTime) / 3600 + 1)",
-                    cluster="'${cluster}'",
+                    cluster=CLUSTER,
                 ),
                 width=24,
             ),
@@ -266,8 +300,8 @@ DASHBOARDS: list[DashboardSpec] = [
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, node, "
                 "sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM fabric_counters "
-                "WHERE $__timeFilter(ts) AND cluster IN (${cluster:singlequote}) "
-                "AND node IN (${node:singlequote}) GROUP BY time, node ORDER BY time",
+                f"WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
+                f"AND has({NODES}, node) GROUP BY time, node ORDER BY time",
                 fmt="time_series",
                 unit="Bps",
                 width=24,
@@ -279,8 +313,8 @@ DASHBOARDS: list[DashboardSpec] = [
         "rankscope / goodput and energy",
         "Productive GPU time versus time lost, its cost, and energy per step.",
         [
-            PanelSpec("Goodput", "table", named("goodput", job_id="'${job}'"), width=24),
-            PanelSpec("Energy", "table", named("energy_per_step", job_id="'${job}'"), width=24),
+            PanelSpec("Goodput", "table", named("goodput", job_id=JOB), width=24),
+            PanelSpec("Energy", "table", named("energy_per_step", job_id=JOB), width=24),
             PanelSpec(
                 "Power per node (W)",
                 "timeseries",
@@ -357,7 +391,7 @@ def build_dashboard(spec: DashboardSpec) -> dict[str, Any]:
     )
     queries = _variables()
     for name in spec.variables:
-        multi = name in ("node", "rank")
+        multi = name in MULTI_VARIABLES
         v = (
             gd.QueryVariable(name)
             .label(name)
@@ -389,15 +423,76 @@ def write_dashboards(out: Path) -> list[Path]:
     return paths
 
 
-# -- what the plugin does to the SQL -------------------------------------------------------------
+# -- what Grafana and the plugin do to the SQL ---------------------------------------------------
 def _dt(t: datetime) -> str:
     return f"toDateTime({int(t.timestamp())})"
 
 
+#: what ``encodeURIComponent`` leaves alone, less ``!'()*`` (Grafana escapes those too)
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~")
+#: Grafana's variable syntax: ``$name``, ``[[name:format]]``, ``${name.fieldPath:format}``
+VARIABLE_SYNTAX = re.compile(
+    r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.([^:^\}]+))?(?::([^\}]+))?\}"
+)
+
+
+def percent_encode(value: str) -> str:
+    """Grafana's ``encodeURIComponentStrict``: UTF-8 bytes as ``%XX`` (upper-case hex) except
+    ``A-Z a-z 0-9 - _ . ~``. A lone surrogate raises, as ``encodeURIComponent`` throws."""
+    return "".join(
+        c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in value
+    )
+
+
+def format_value(value: str | list[str], fmt: str | None) -> str:
+    """A variable's value as Grafana's formats write it (a list: a multi-valued variable).
+
+    No format: the ClickHouse plugin's own (a list as ``'a','b'``, nothing escaped, a string as
+    is). The unsafe formats are here so tests can show what they let through."""
+    if fmt is None:
+        return "'" + "','".join(value) + "'" if isinstance(value, list) else value
+    if fmt == "percentencode":
+        return percent_encode("{" + ",".join(value) + "}" if isinstance(value, list) else value)
+    if fmt == "singlequote":
+        items = value if isinstance(value, list) else [value]
+        return ",".join("'" + v.replace("'", "\\'") + "'" for v in items)
+    if fmt == "sqlstring":
+        items = value if isinstance(value, list) else [value]
+        return ",".join("'" + v.replace("'", "''").replace('"', '\\"') + "'" for v in items)
+    if fmt == "raw":
+        return ",".join(value) if isinstance(value, list) else value
+    raise ValueError(f"variable format {fmt!r} is not emulated here")
+
+
+def interpolate(sql: str, variables: Mapping[str, str | list[str]]) -> str:
+    """Grafana's variable interpolation (one pass: a value is never interpolated again).
+
+    Names starting ``__`` are left alone (the plugin's macros); Grafana leaves an unknown
+    variable as written too, but here it raises, so a test cannot miss one."""
+
+    def variable(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2) or m.group(4)
+        fmt = m.group(3) or m.group(6)
+        if name.startswith("__"):
+            return m.group(0)
+        if m.group(5):
+            raise ValueError(f"{m.group(0)}: field paths are not emulated here")
+        return format_value(variables[name], fmt)
+
+    return VARIABLE_SYNTAX.sub(variable, sql)
+
+
 def expand(
-    sql: str, start: datetime, end: datetime, interval_s: float, variables: dict[str, list[str]]
+    sql: str,
+    start: datetime,
+    end: datetime,
+    interval_s: float,
+    variables: Mapping[str, str | list[str]],
 ) -> str:
-    """Expand the ClickHouse plugin's macros and Grafana's variables as they reach the server."""
+    """The SQL as it reaches ClickHouse: Grafana interpolates the variables in the browser (a
+    string: a single-valued variable, a list: a multi-valued one), then the plugin's backend
+    expands its macros over the whole text."""
+    sql = interpolate(sql, variables)
 
     def macro(m: re.Match[str]) -> str:
         name, arg = m.group(1), (m.group(2) or "").strip()
@@ -414,16 +509,7 @@ def expand(
             return str(max(int(interval_s), 1))
         raise ValueError(f"macro $__{name} is not expanded here")
 
-    sql = re.sub(r"\$__(\w+)(?:\(([^()]*)\))?", macro, sql)
-
-    def variable(m: re.Match[str]) -> str:
-        name, fmt = m.group(1) or m.group(3), m.group(2)
-        values = variables[name]
-        if fmt == "singlequote":
-            return ",".join("'" + v.replace("'", "\\'") + "'" for v in values)
-        return ",".join(values)
-
-    return re.sub(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)", variable, sql)
+    return re.sub(r"\$__(\w+)(?:\(([^()]*)\))?", macro, sql)
 
 
 def panels(doc: dict[str, Any]) -> list[tuple[str, str]]:

@@ -37,7 +37,7 @@ def demo(services: Services) -> Iterator[tuple[Client, DemoData]]:
 JOB_FOR = {"rankscope-stragglers": "slow-job", "rankscope-fabric": "ib-job"}
 
 
-def _variables_for(client: Client, job: str) -> dict[str, list[str]]:
+def _variables_for(client: Client, job: str) -> dict[str, str | list[str]]:
     nodes = [
         r[0]
         for r in client.query(f"SELECT DISTINCT node FROM spans WHERE job_id = '{job}'").result_rows
@@ -46,7 +46,7 @@ def _variables_for(client: Client, job: str) -> dict[str, list[str]]:
         str(r[0])
         for r in client.query(f"SELECT DISTINCT rank FROM spans WHERE job_id = '{job}'").result_rows
     ]
-    return {"cluster": ["sim"], "job": [job], "node": nodes, "rank": ranks}
+    return {"cluster": "sim", "job": job, "node": nodes, "rank": ranks}
 
 
 def _window(data: DemoData) -> tuple[dt.datetime, dt.datetime]:
@@ -76,7 +76,7 @@ def test_every_panel_and_variable_returns_rows_on_demo_data(demo: tuple[Client, 
         ]
         for title, sql in queries:
             expanded = expand(sql, start, end, 10, variables)
-            assert "$" not in expanded, (spec.uid, title, expanded)
+            assert not re.search(r"\$\{|\$\w|\[\[", expanded), (spec.uid, title, expanded)
             rows = client.query(expanded).result_rows
             assert rows, f"{spec.uid} / {title} returned no rows:\n{expanded}"
             checked += 1
@@ -87,10 +87,10 @@ def test_variables_chain_from_cluster_to_rank(demo: tuple[Client, DemoData]) -> 
     client, data = demo
     start, end = _window(data)
     queries = _variables()
-    jobs = client.query(expand(queries["job"], start, end, 10, {"cluster": ["sim"]})).result_rows
+    jobs = client.query(expand(queries["job"], start, end, 10, {"cluster": "sim"})).result_rows
     assert {r[0] for r in jobs} == {"demo-job", "ib-job", "slow-job"}
     ranks = client.query(
-        expand(queries["rank"], start, end, 10, {"cluster": ["sim"], "job": ["demo-job"]})
+        expand(queries["rank"], start, end, 10, {"cluster": "sim", "job": "demo-job"})
     ).result_rows
     assert [r[0] for r in ranks] == list(range(16))
 
@@ -100,13 +100,16 @@ def test_the_plugin_macros_expand_as_the_plugin_does() -> None:
     end = start + dt.timedelta(hours=1)
     sql = (
         "SELECT $__timeInterval(ts) t FROM x WHERE $__timeFilter(ts) AND a IN "
-        "(${node:singlequote}) AND r IN (${rank}) AND b = '${job}' AND f > $__fromTime"
+        "(${node:singlequote}) AND r IN (${rank}) AND b = '${job}' AND f > $__fromTime "
+        "AND c = '${job:percentencode}' AND d = '${node:percentencode}'"
     )
-    got = expand(sql, start, end, 30.7, {"node": ["n1", "n2"], "rank": ["1", "2"], "job": ["j"]})
+    variables: dict[str, str | list[str]] = {"node": ["n1", "n2"], "rank": ["1", "2"], "job": "j k"}
+    got = expand(sql, start, end, 30.7, variables)
     assert got == (
         "SELECT toStartOfInterval(toDateTime(ts), INTERVAL 30 second) t FROM x WHERE "
         "ts >= toDateTime(1796292000) AND ts <= toDateTime(1796295600) AND a IN ('n1','n2') "
-        "AND r IN (1,2) AND b = 'j' AND f > toDateTime(1796292000)"
+        "AND r IN ('1','2') AND b = 'j k' AND f > toDateTime(1796292000) "
+        "AND c = 'j%20k' AND d = '%7Bn1%2Cn2%7D'"
     )
 
 
@@ -135,9 +138,9 @@ def test_a_one_job_one_hour_panel_reads_a_small_share_of_the_table(services: Ser
     spec = next(d for d in DASHBOARDS if d.uid == "rankscope-job")
     sql = next(s for t, s in panels(build_dashboard(spec)) if t == "GPU utilisation per rank")
     start = dt.datetime.fromtimestamp(t0 + 24 * 3600, tz=dt.UTC)
-    variables = {
-        "cluster": ["sim"],
-        "job": ["job-1"],
+    variables: dict[str, str | list[str]] = {
+        "cluster": "sim",
+        "job": "job-1",
         "node": [f"node{i}" for i in range(32)],
         "rank": [],
     }
