@@ -342,7 +342,7 @@ class ClickHouseSink:
         try:
             Retrying(
                 retry=retry_if_result(lambda up: not up),
-                wait=wait_exponential_jitter(initial=0.5, max=backoff),
+                wait=wait_exponential_jitter(multiplier=0.5, max=backoff),
                 stop=lambda _state: self._stop,
                 sleep=self._idle,
                 before_sleep=note,

@@ -108,6 +108,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         await recovery.tick(now)
         await windows.close_ready(now)
         await analysis.tick(now)
+        windows.evict_idle(now)
         if await snapshots.tick(now):
             windows.ack_settled()  # records the new snapshots include may be acknowledged
 

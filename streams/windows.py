@@ -15,6 +15,9 @@
   which routes it to the late topic. It never changes an emitted window.
 - A job whose every channel is silent for ``idle_close_s`` has its open windows closed, so the
   last windows of a finished job are not held forever.
+- Work per record does not grow with the number of jobs: a record checks only its own jobs'
+  windows (the one-second timer sweeps the rest, for watermarks moved by idle channels), and a
+  job with nothing open is forgotten after ``evict_idle``'s retention of quiet.
 
 Pure Python, no Kafka: the faust agent owns one instance and drives it.
 """
@@ -91,6 +94,8 @@ class WindowAggregator:
         self.channel_idle_s = config.channel_idle_s
         self.discovery_s = config.channel_discovery_s
         self._jobs: dict[str, _JobState] = {}
+        #: the jobs with open windows (insertion-ordered set): what a sweep visits
+        self._open_jobs: dict[str, None] = {}
         self.stats = WindowStats()
 
     # -- feeding -------------------------------------------------------------------------
@@ -131,6 +136,7 @@ class WindowAggregator:
         ranks = job.open.get(start)
         if ranks is None:
             ranks = job.open[start] = {}
+            self._open_jobs[ev.job_id] = None
         acc = ranks.get(ev.rank)
         if acc is None:
             acc = ranks[ev.rank] = _Acc(cluster=ev.cluster, node=ev.node)
@@ -146,11 +152,15 @@ class WindowAggregator:
         return None
 
     # -- emitting ------------------------------------------------------------------------
-    def close_ready(self, wall_s: float) -> list[RankWindow]:
-        """Emit every window whose end + grace the job's stream time has passed (or idle jobs)."""
+    def close_ready(self, wall_s: float, jobs: Iterable[str] | None = None) -> list[RankWindow]:
+        """Emit every window whose end + grace the job's stream time has passed (or idle jobs),
+        for ``jobs`` (a record's) or, when None, every job with open windows (the sweep)."""
         out: list[RankWindow] = []
-        for job_id, job in self._jobs.items():
-            if job.open and wall_s - job.last_seen_wall >= self.idle_close_s:
+        for job_id in list(self._open_jobs) if jobs is None else jobs:
+            job = self._jobs.get(job_id)
+            if job is None or job_id not in self._open_jobs:
+                continue
+            if wall_s - job.last_seen_wall >= self.idle_close_s:
                 boundary = math.inf
             elif not job.open or min(job.open) + self.size_ns + self.grace_ns > job.lead:
                 continue  # nothing can close yet: skip the O(channels) stream time
@@ -158,7 +168,23 @@ class WindowAggregator:
                 stream_time = job.stream_time(wall_s, self.channel_idle_s, self.discovery_s)
                 boundary = stream_time - self.grace_ns
             out.extend(self._close(job_id, job, boundary, wall_s))
+            if not job.open:
+                del self._open_jobs[job_id]
         return out
+
+    def evict_idle(self, wall_s: float, retention_s: float) -> list[str]:
+        """Forget the jobs with nothing open and no event for ``retention_s``; their ids.
+
+        Bounded memory under a stream of ever-new job ids. A forgotten job that sends again
+        starts afresh: its watermark no longer knows what closed before it went quiet."""
+        gone = [
+            job_id
+            for job_id, job in self._jobs.items()
+            if not job.open and wall_s - job.last_seen_wall >= retention_s
+        ]
+        for job_id in gone:
+            del self._jobs[job_id]
+        return gone
 
     def _close(
         self, job_id: str, job: _JobState, boundary: float, wall_s: float
@@ -205,10 +231,16 @@ class WindowAggregator:
             for channel in job.channels.values():
                 channel.last_seen_wall = wall_s
             self._jobs[job_id] = job
+            if job.open:
+                self._open_jobs[job_id] = None
 
     def forget(self, job_id: str) -> None:
         """Drop a job's open windows and stream time (its partition moved to another worker)."""
         self._jobs.pop(job_id, None)
+        self._open_jobs.pop(job_id, None)
+
+    def jobs(self) -> int:
+        return len(self._jobs)
 
     def open_windows(self) -> int:
         return sum(len(r) for j in self._jobs.values() for r in j.open.values())
@@ -222,3 +254,9 @@ class WindowAggregator:
     def closed_until(self, job_id: str) -> int:
         job = self._jobs.get(job_id)
         return job.closed_until if job else -1
+
+    def settled_until(self, job_id: str) -> float:
+        """Up to where a job's windows are emitted, for acknowledging its records: a job
+        forgotten for quiet had all its windows emitted."""
+        job = self._jobs.get(job_id)
+        return job.closed_until if job else math.inf

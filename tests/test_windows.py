@@ -132,3 +132,30 @@ def test_windows_wait_for_inputs_to_be_discovered() -> None:
         assert a.add(span(0, T0 + k * S + S // 2), wall_s=101.5) is None
     out = a.close_ready(103.5)
     assert len(out) == 5 and all(w.step_count == 5 for w in out)
+
+
+# -- bounded state (issue 15) ------------------------------------------------------------------
+def test_a_record_checks_only_its_own_jobs_and_the_sweep_checks_the_rest() -> None:
+    a = agg(idle=10)
+    for j in range(1_000):
+        a.add(span(0, T0 + S, job=f"quiet-{j}"), wall_s=0)
+    a.add(span(0, T0 + S, job="busy"), wall_s=20)
+    # every quiet job is idle-closeable at 20 s, but a record of "busy" closes nothing of theirs
+    assert a.close_ready(20, ["busy"]) == []
+    assert a.open_windows() == 1_001
+    swept = a.close_ready(20)
+    assert sorted(w.job_id for w in swept) == sorted(f"quiet-{j}" for j in range(1_000))
+    assert a.open_windows() == 1
+
+
+def test_quiet_jobs_with_nothing_open_are_forgotten_after_the_retention() -> None:
+    a = agg(idle=10)
+    a.add(span(0, T0 + S, job="done"), wall_s=0)
+    a.add(span(0, T0 + S, job="open"), wall_s=0)
+    assert len(a.close_ready(15, ["done"])) == 1  # "done" idle-closed; "open" not swept yet
+    assert a.evict_idle(100, retention_s=3600) == []
+    assert a.evict_idle(3_700, retention_s=3600) == ["done"]
+    assert a.jobs() == 1  # "open" still has an open window: kept until it closes
+    assert a.closed_until("done") == -1 and a.settled_until("done") == float("inf")
+    assert len(a.close_ready(3_700)) == 1
+    assert a.evict_idle(7_400, retention_s=3600) == ["open"] and a.jobs() == 0

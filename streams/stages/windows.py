@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, cast
 
 import faust
@@ -89,7 +90,7 @@ class WindowsStage:
         """Ack the records whose windows have all been emitted (what "drained" means to
         callers) and that a snapshot includes. Per partition, records past the newest snapshot
         wait in order; before it, each is checked (several jobs interleave on a partition)."""
-        closed_until = self.agg.closed_until
+        closed_until = self.agg.settled_until
         held_count = 0
         for tp, held in self.pending.items():
             upto = self.snapshots.durable_upto(tp)
@@ -126,13 +127,19 @@ class WindowsStage:
             held = self.pending[tp] = deque()
         held.append(item)
 
-    async def close_ready(self, now: float) -> None:
-        """Emit the windows the watermark (or idleness at ``now``) has closed, then ack the
-        records they settle: a held record can only settle when one of its windows is emitted."""
-        closed = self.agg.close_ready(now)
+    async def close_ready(self, now: float, jobs: Iterable[str] | None = None) -> None:
+        """Emit the windows the watermark (or idleness at ``now``) has closed, for ``jobs``
+        (a record's) or every job (the timer's sweep), then ack the records they settle: a held
+        record can only settle when one of its windows is emitted."""
+        closed = self.agg.close_ready(now, jobs)
         await self.emit(closed)
         if closed:
             self.ack_settled()
+
+    def evict_idle(self, now: float) -> None:
+        """Forget jobs quiet for the analysis retention (bounded state under new job ids)."""
+        for job_id in self.agg.evict_idle(now, self.config.analysis_retention_s):
+            self.partition_of.pop(job_id, None)
 
     def register(self, app: faust.App) -> None:
         topics = self.topics
@@ -170,9 +177,11 @@ class WindowsStage:
                 last_end = -1
                 job_id = ""
                 touched: set[str] = set()
+                window_jobs: set[str] = set()
                 progress: list[StepProgress] = []
                 for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
                     job_id = ev.job_id
+                    window_jobs.add(job_id)
                     note = recovery.observe(ev, now)
                     if note is not None:
                         progress.append(note)
@@ -193,6 +202,6 @@ class WindowsStage:
                 self.hold(tp, (job_id, last_end, event, offset), snapshots.is_durable(tp, offset))
                 analysis.read(tp, offset)
                 snapshots.end()
-                await self.close_ready(now)
+                await self.close_ready(now, window_jobs)
                 await analysis.publish(touched)
                 await recovery.send_progress(progress)
