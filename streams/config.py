@@ -158,6 +158,13 @@ class StreamsConfig(BaseModel):
     analysis_retention_s: float = Field(
         default=3600.0, gt=0, description="Forget a job's analysis state after this much quiet."
     )
+    analysis_admit_events: int = Field(
+        default=8,
+        ge=1,
+        description="A new job's events wait in a list until it has this many (or goes quiet), "
+        "then its analyzer is made and fed them in order: a flood of one-event job ids costs a "
+        "list append each, not an analyzer each. Findings are the same either way.",
+    )
     log_level: str = "warn"
     #: read the raw topics of this prefix instead of ``topic_prefix``'s (a replay)
     raw_topic_prefix: str | None = None

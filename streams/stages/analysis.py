@@ -51,6 +51,11 @@ class AnalysisStage:
         self.to_decider = to_decider
         self.enabled = config.analysis_enabled
         self.analyzers: dict[str, JobAnalyzer] = {}
+        #: a new job's first events, until it has ``analysis_admit_events`` of them (or goes
+        #: quiet, or its partition is snapshotted): a stream of one-event job ids then costs a
+        #: list append each, not an analyzer each. The analyzer is fed them in order on
+        #: admission, so what it finds is the same.
+        self.probation: dict[str, list[Event]] = {}
         self.analyzer_seen: dict[str, float] = {}  # job -> worker wall clock of its last event
         self.flushed: set[str] = set()
         self.highwater = highwater
@@ -86,7 +91,7 @@ class AnalysisStage:
         return PartitionState(
             partition=tp.partition,
             offset=self.read_upto.get(tp, -1),
-            analyzers={j: self.analyzers[j] for j in jobs if j in self.analyzers},
+            analyzers={j: self._analyzer(j) for j in jobs if j in self.analyzer_seen},
             flushed={j for j in jobs if j in self.flushed},
         )
 
@@ -105,6 +110,7 @@ class AnalysisStage:
         jobs = self.jobs_of(tp)
         for job_id in jobs:
             self.analyzers.pop(job_id, None)
+            self.probation.pop(job_id, None)
             self.analyzer_seen.pop(job_id, None)
             self.partition_of.pop(job_id, None)
             self.flushed.discard(job_id)
@@ -145,19 +151,36 @@ class AnalysisStage:
         if source is not None:
             self.source_of[job_id] = source
         self._forget_upstream(job_id)
-        analyzer = self.analyzers.get(job_id)
-        if analyzer is None:
-            analyzer = self.analyzers[job_id] = JobAnalyzer(
-                ev.cluster, job_id, self.config.analysis
-            )
-        analyzer.observe(ev)
         self.analyzer_seen[job_id] = now
         self.flushed.discard(job_id)
+        analyzer = self.analyzers.get(job_id)
+        if analyzer is not None:
+            analyzer.observe(ev)
+            return
+        waiting = self.probation.get(job_id)
+        if waiting is None:
+            waiting = self.probation[job_id] = []
+        waiting.append(ev)
+        if len(waiting) >= self.config.analysis_admit_events:
+            self._analyzer(job_id)
+
+    def _analyzer(self, job_id: str) -> JobAnalyzer:
+        """The job's analyzer, made (and fed its waiting events, in order) if it has none."""
+        analyzer = self.analyzers.get(job_id)
+        if analyzer is None:
+            waiting = self.probation.pop(job_id)
+            analyzer = JobAnalyzer(waiting[0].cluster, job_id, self.config.analysis)
+            for ev in waiting:
+                analyzer.observe(ev)
+            self.analyzers[job_id] = analyzer
+        return analyzer
 
     async def publish(self, touched: set[str]) -> None:
         """Advance the jobs a record touched and publish what they found."""
         for jid in touched:
-            await self.publish_findings(self.analyzers[jid])
+            analyzer = self.analyzers.get(jid)
+            if analyzer is not None:  # a job still on probation has found nothing yet
+                await self.publish_findings(analyzer)
 
     async def publish_findings(self, analyzer: JobAnalyzer, flush: bool = False) -> None:
         detections, incidents = analyzer.flush() if flush else analyzer.take()
@@ -190,9 +213,10 @@ class AnalysisStage:
                 and await self.upstream_done(jid)
             ):
                 self.flushed.add(jid)
-                await self.publish_findings(self.analyzers[jid], flush=True)
+                await self.publish_findings(self._analyzer(jid), flush=True)
             if idle >= config.analysis_retention_s and jid in self.flushed:
                 self.analyzers.pop(jid, None)
+                self.probation.pop(jid, None)
                 self.analyzer_seen.pop(jid, None)
                 self.partition_of.pop(jid, None)
                 self.flushed.discard(jid)
