@@ -11,7 +11,7 @@ each in a fresh process state) and resident memory growth, and the ratio of the 
 retention sweep (``evict_idle``) then runs as the worker's timer would after the retention, and
 the memory it leaves is reported too. Without the sweep, memory grows with job ids until the
 retention (an hour by default) passes: the bound is per-job state times the job ids a producer
-can send within it.
+can send within it. The worker's garbage-collector settings (``tune_gc``) apply, as in the worker.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from rankscope.streams.app import tune_gc
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.shared import StageCounters
@@ -88,6 +89,7 @@ def main() -> int:
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
+    tune_gc()  # the worker's garbage-collector settings (streams/app.py)
     runs: dict[str, list[dict[str, Any]]] = {"one_job": [], "many_jobs": []}
     for p in range(args.passes):  # interleaved: the machine's noise hits both alike
         for name, jobs in (("one_job", 1), ("many_jobs", args.jobs)):

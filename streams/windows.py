@@ -34,7 +34,7 @@ from rankscope.schemas.events import Event, GpuSampleEvent, SpanEvent
 from rankscope.streams.config import WindowConfig
 
 
-@dataclass
+@dataclass(slots=True)
 class _Acc:
     cluster: str
     node: str
@@ -46,13 +46,13 @@ class _Acc:
     event_count: int = 0
 
 
-@dataclass
+@dataclass(slots=True)
 class _Channel:
     max_ts: int
     last_seen_wall: float
 
 
-@dataclass
+@dataclass(slots=True)
 class _JobState:
     first_seen_wall: float
     closed_until: int = -1  # every window with end <= closed_until has been emitted

@@ -357,3 +357,32 @@ def test_one_jobs_findings_do_not_run_out_another_jobs_deadline() -> None:
     decider.feed(RecoveryInput(incident=_incident("j1", 1, revision=1)), written_ns=written)
     failed = [e for e in decider.tick() if e.job_id == "j1" and e.stage == "progress_not_resumed"]
     assert [e.key for e in failed] == [decided.key]
+
+
+def test_state_older_than_the_horizon_is_forgotten_and_decisions_do_not_change() -> None:
+    """Issue 15: a stream of ever-new job ids must not grow the engine for ever. Pruning at
+    the replay horizon forgets only what no later decision reads."""
+    policy = _policy(node_rules=True, cooldown_s=0)
+    horizon_s = sum(replay_horizon_s(policy))
+    pruned, whole = Decider(policy), Decider(policy)
+    flood = [RecoveryInput(incident=_incident(f"flood-{j}", j, n=j)) for j in range(200)]
+    for r in flood:
+        pruned.feed(r)
+        whole.feed(r)
+    held = pruned.engine.tracked()
+    assert held["jobs"] == 200 and held["handled"] >= 200
+    # a job far past the horizon: the flood is forgotten, the newest job kept
+    late = RecoveryInput(incident=_incident("late", horizon_s + 1_000, n=999))
+    assert pruned.feed(late) == whole.feed(late)
+    pruned.prune(T0 + int((horizon_s + 1_000) * S))
+    after = pruned.engine.tracked()
+    watched = pruned.engine.watching() - {"late"}  # a recovery still being watched is kept
+    assert len(watched) < 20
+    assert after["jobs"] == 1 + len(watched) and after["node_acted"] <= 1
+    assert after["handled"] <= 2 + len(watched)
+    assert set(pruned._clocks) == {"late"} | watched
+    # what comes next is decided as without pruning
+    nxt = [RecoveryInput(incident=_incident("late", horizon_s + 1_500 + k, n=1000 + k))
+           for k in range(3)]  # fmt: skip
+    for r in nxt:
+        assert pruned.feed(r) == whole.feed(r)

@@ -93,11 +93,28 @@ class Decider:
         return ts + (time.time_ns() - wall) if ts else 0
 
     def tick(self) -> list[RecoveryEvent]:
-        """Progress deadlines that passed on their job's event clock."""
+        """Progress deadlines that passed on their job's event clock; then what the policy's
+        windows no longer need is forgotten (bounded state under ever-new job ids)."""
         out: list[RecoveryEvent] = []
+        newest = 0
         for job_id in list(self._clocks):
-            out += self.engine.tick(self.now(job_id), job_id)
+            now = self.now(job_id)
+            newest = max(newest, now)
+            out += self.engine.tick(now, job_id)
+        self.prune(newest)
         return self._seal(out)
+
+    def prune(self, newest_ts: int) -> None:
+        """Forget jobs and counts older than the replay horizon before ``newest_ts`` (the
+        newest event clock): a rebuild would not read them either, so decisions stay the same."""
+        if newest_ts <= 0:
+            return
+        horizon_ns = int(sum(replay_horizon_s(self.policy)) * NS)
+        self.engine.prune(newest_ts, horizon_ns)
+        cut = newest_ts - horizon_ns
+        for job_id in [j for j, (ts, _) in self._clocks.items() if ts < cut]:
+            if job_id not in self.engine.watching():
+                del self._clocks[job_id]
 
     def rebuild(
         self, earlier: Iterable[RecoveryInput | tuple[int, RecoveryInput]], paused: bool

@@ -67,6 +67,8 @@ class _Job:
     escalated_at: int = -1
     max_step: int = -1
     watch: _Watch | None = None
+    #: newest event time of anything this job sent the engine (what ``prune`` ages it by)
+    last_ts: int = 0
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class RecoveryEngine:
         self.policy = policy
         self.paused = False
         self._jobs: dict[str, _Job] = {}
-        self._handled: set[tuple[str, str]] = set()  # (trigger id, rule)
+        # (trigger id, rule) -> event time of the finding: each finding counts once
+        self._handled: dict[tuple[str, str], int] = {}
         # (ts, job, node) of actions in the breaker window; node set for actions on a node
         self._acted: deque[tuple[int, str, str]] = deque()
         self._breaker_open_until = 0
@@ -136,6 +139,7 @@ class RecoveryEngine:
         """The job completed ``step`` at event time ``ts``; ``nodes`` reported since."""
         job = self._job(cluster, job_id)
         job.max_step = max(job.max_step, step)
+        job.last_ts = max(job.last_ts, ts)
         w = job.watch
         if w is not None and step > w.step_at_action and ts >= w.start_ts:
             job.watch = None
@@ -201,9 +205,10 @@ class RecoveryEngine:
         node, rank, reason = f.node, f.rank, f.reason
         if (trigger_id, rule_name) in self._handled:
             return []  # a later revision of the same incident
-        self._handled.add((trigger_id, rule_name))
+        self._handled[(trigger_id, rule_name)] = ts
         lim = self.policy.limits
         job = self._job(cluster, job_id)
+        job.last_ts = max(job.last_ts, ts)
         while job.actions and job.actions[0] < ts - lim.window_s * NS:
             job.actions.popleft()
         attempt = len(job.actions) + 1
@@ -278,7 +283,7 @@ class RecoveryEngine:
         )
         if (trigger_id, rule.name) in self._handled:
             return []  # a later revision of the same finding counts once
-        self._handled.add((trigger_id, rule.name))
+        self._handled[(trigger_id, rule.name)] = ts
         window = int(rule.when.repeat_window_s * NS)
         hits = self._node_hits.setdefault((rule.name, cluster, node), deque())
         hits.append(ts)
@@ -365,6 +370,43 @@ class RecoveryEngine:
         return self._event(
             key, "decided", "escalate", "", "", "", None, "circuit-breaker", why, key, 1, ts
         )
+
+    def prune(self, now_ts: int, horizon_ns: int) -> int:
+        """Forget what no decision at or after ``now_ts`` can need: jobs quiet for
+        ``horizon_ns`` of event time with no recovery being watched, findings already counted,
+        and node tallies, older than that. ``horizon_ns`` must cover the policy's longest
+        window (``decider.replay_horizon_s``). Returns the jobs forgotten.
+
+        Bounded memory under ever-new job ids. A job forgotten this way starts afresh if it
+        sends again, escalation and rate limits included: its last action is a horizon old."""
+        cut = now_ts - horizon_ns
+        gone = [
+            job_id
+            for job_id, job in self._jobs.items()
+            if job.watch is None and max(job.last_ts, job.last_action_ts) < cut
+        ]
+        for job_id in gone:
+            del self._jobs[job_id]
+        for finding in [k for k, ts in self._handled.items() if ts < cut]:
+            del self._handled[finding]
+        for tally in [k for k, hits in self._node_hits.items() if not hits or hits[-1] < cut]:
+            del self._node_hits[tally]
+        for acted in [k for k, ts in self._node_acted.items() if ts < cut]:
+            del self._node_acted[acted]
+        return len(gone)
+
+    def watching(self) -> set[str]:
+        """Jobs with a recovery whose progress is being watched."""
+        return {job_id for job_id, job in self._jobs.items() if job.watch is not None}
+
+    def tracked(self) -> dict[str, int]:
+        """How much the engine holds (for tests and the worker's log)."""
+        return {
+            "jobs": len(self._jobs),
+            "handled": len(self._handled),
+            "node_hits": len(self._node_hits),
+            "node_acted": len(self._node_acted),
+        }
 
     # -- helpers ---------------------------------------------------------------------------------
     def _job(self, cluster: str, job_id: str) -> _Job:
