@@ -34,12 +34,24 @@ def create_pipeline_topics(
 ) -> None:
     """Create every topic of the pipeline (idempotent) and wait until metadata shows them.
 
-    The recovery decider's topics get one partition (one decider sees the fleet, in order);
+    Raw topics stamp records with the broker's append time. The recovery decider's topics get
+    one partition (one decider sees the fleet, in order);
     the operators' commands are compacted, so the latest pause or resume is kept for good."""
     single = (topics.recovery_input, topics.recovery_control)
-    many = [t for t in topics.all if t not in (*single, topics.worker_state)]
+    raw = topics.all_raw
+    many = [t for t in topics.all if t not in (*single, *raw, topics.worker_state)]
     ensure_topics(
         bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s, security=security
+    )
+    # Raw topics take the broker's clock as the record time: the validate stage judges event
+    # times against it, and a producer's own CreateTime would let it vouch for its own events.
+    ensure_topics(
+        bootstrap,
+        raw,
+        partitions,
+        config={**TOPIC_CONFIG, "message.timestamp.type": "LogAppendTime"},
+        timeout_s=timeout_s,
+        security=security,
     )
     # one partition per events partition (a snapshot goes to its partition's number); only the
     # newest snapshot is read, older ones age out
