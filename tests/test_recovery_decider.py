@@ -17,6 +17,7 @@ from rankscope.cli import app as cli
 from rankscope.kafka_admin import read_topic
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.schemas.derived import Incident, RecoveryEvent, RecoveryInput, StepProgress
+from rankscope.services.kafka import ensure_topics
 from rankscope.streams.recovery.decider import Decider
 from rankscope.streams.recovery.policy import load_policy
 from rankscope.streams.recovery.replay import committed_offset
@@ -197,7 +198,8 @@ def test_a_decider_that_cannot_read_its_history_acts_on_nothing(
     pipeline_config: PipelineConfig,
 ) -> None:
     """Fail closed: when the read-back fails (here the commands topic is gone), the decider
-    does not guess; it starts paused and says so, and findings are recorded as held back."""
+    does not guess; it starts paused, alerts once (an escalate for the fleet) and records
+    findings as held back. A later retry that reads the history resumes it (issue 15)."""
     cfg = replace(pipeline_config, env=FAST_FAILOVER)
     admin = AdminClient({"bootstrap.servers": cfg.bootstrap})
     for future in admin.delete_topics([cfg.topics.recovery_control]).values():
@@ -206,8 +208,24 @@ def test_a_decider_that_cannot_read_its_history_acts_on_nothing(
     pipeline = Pipeline(cfg)
     pipeline.worker.start()
     try:
-        (held,) = _wait(pipeline, "the held-back decision", lambda got: len(got) == 1)
+        got = _wait(pipeline, "the alert and the held-back decision", lambda got: len(got) == 2)
+        alert, held = sorted(got, key=lambda e: e.rule != "decider-history")
+        assert (alert.stage, alert.action, alert.rule) == ("decided", "escalate", "decider-history")
+        assert "could not read its history back" in alert.reason
+        assert held.stage == "suppressed" and held.reason.startswith("recovery is paused")
+        assert "automated recovery is PAUSED" in pipeline.worker.log_tail(400)
+        # the commands topic is back: the retry (15 s after the first failure) reads the
+        # history, recovery follows the operators' latest command again (none: acting)
+        ensure_topics(cfg.bootstrap, {cfg.topics.recovery_control: 1})
+        time.sleep(1)  # the topic's metadata settles on the broker
+        deadline = time.monotonic() + 90
+        while "read its history after" not in pipeline.worker.log_tail(400):
+            assert time.monotonic() < deadline, pipeline.worker.log_tail(60)
+            time.sleep(0.5)
+        _send(cfg, [_incident("job1", time.time_ns())], worker=1)
+        got = _wait(pipeline, "a decision after the retry", lambda got: len(got) == 3)
     finally:
         pipeline.worker.stop()
-    assert held.stage == "suppressed" and held.reason.startswith("recovery is paused")
-    assert "automated recovery is PAUSED" in pipeline.worker.log_tail(400)
+    acted = [e for e in got if e.job_id == "job1"]
+    assert [(e.stage, e.action) for e in acted] == [("decided", "restart_from_checkpoint")]
+    assert len([e for e in got if e.rule == "decider-history"]) == 1  # one alert, not per retry

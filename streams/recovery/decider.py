@@ -138,6 +138,26 @@ class Decider:
             n += 1
         return n
 
+    def history_unreadable(self, why: str) -> list[RecoveryEvent]:
+        """The alert that the decider could not read its history back and acts on nothing
+        until it can: an ``escalate`` for the fleet (a person should know recovery stopped)."""
+        ts = time.time_ns()
+        key = RecoveryEvent.make_key("fleet", "decider-history", str(ts))
+        alert = RecoveryEvent(
+            key=key,
+            stage="decided",
+            action="escalate",
+            cluster="",
+            job_id="",
+            rule="decider-history",
+            reason=f"the recovery decider could not read its history back ({why[:200]}): "
+            "automated recovery is paused until a retry reads it or an operator resumes it",
+            trigger_id=key,
+            attempt=1,
+            ts=ts,
+        )
+        return self._seal([alert])
+
     def _advance(self, job_id: str, ts: int, written_ns: int | None) -> None:
         if ts > self._clocks.get(job_id, (0, 0))[0]:
             self._clocks[job_id] = (ts, time.time_ns() if written_ns is None else written_ns)

@@ -47,6 +47,10 @@ class DeciderHost:
         self.notes = ProgressNotes(config.recovery.progress_note_s)
         self.next_offset = -1  # the decider's next input offset; anything else: rebuild first
         self.lock = asyncio.Lock()  # a rebuild and the records or ticks around it never interleave
+        #: the last read-back of the decider's history failed: retried from the timer
+        self.history_missing = False
+        self._history_retry_at = 0.0
+        self._history_failures = 0
         self._app: faust.App | None = None
 
     def register(self, app: faust.App) -> None:
@@ -124,6 +128,9 @@ class DeciderHost:
             async with self.lock:
                 if self.next_offset < 0:
                     await self.adopt_decider()
+                retry_due = time.monotonic() >= self._history_retry_at
+                if self.history_missing and self.next_offset >= 0 and retry_due:
+                    await self.rebuild_decider(0, self.next_offset, int(time.time() * 1000))
                 if self.next_offset >= 0:  # this worker holds the decider's partition
                     await self.publish_recovery(decider.tick())  # progress deadlines
             await self.send_progress(self.notes.flush_idle(now, idle_s=1.0))
@@ -174,13 +181,27 @@ class DeciderHost:
         started = time.monotonic()
         try:
             earlier, paused = await asyncio.get_running_loop().run_in_executor(None, read)
-        except Exception:  # the broker did not answer the read-back: act on nothing unknown
+        except Exception as exc:  # the broker did not answer the read-back: act on nothing
+            self._history_failures += 1
+            wait = min(300.0, 15.0 * 2 ** (self._history_failures - 1))
+            self._history_retry_at = time.monotonic() + wait
             log.exception(
                 "the recovery decider could not read its history back; automated recovery is "
-                "PAUSED until an operator resumes it (rankscope recovery resume)"
+                "PAUSED (retry in %.0f s, or an operator resumes it: rankscope recovery resume)",
+                wait,
             )
             decider.rebuild([], paused=True)
+            if not self.history_missing:  # one alert per outage, not one per retry
+                await self.publish_recovery(decider.history_unreadable(type(exc).__name__))
+            self.history_missing = True
             return
+        if self.history_missing:
+            log.warning(
+                "the recovery decider read its history after %d failed attempt(s)",
+                self._history_failures,
+            )
+        self.history_missing = False
+        self._history_failures = 0
         n = decider.rebuild(earlier, paused)
         log.warning(
             "recovery decider rebuilt from %d earlier input record(s) in %.1f s (paused: %s)",
