@@ -21,7 +21,14 @@ from types import FrameType
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 from pydantic import BaseModel, Field, ValidationError
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential_jitter
 
@@ -71,6 +78,9 @@ class SinkConfig(BaseModel):
     max_batch_latency_s: float = Field(default=1.0, gt=0)
     outage_max_backoff_s: float = Field(
         default=30.0, gt=0, description="Longest wait between checks while ClickHouse is away."
+    )
+    status_every_s: float = Field(
+        default=60.0, gt=0, description="How often a status line (rows, refusals, lag) is logged."
     )
     migrate: bool = True
     consumer_extra: dict[str, str] = Field(default_factory=dict)
@@ -156,6 +166,7 @@ class ClickHouseSink:
         self._last_flush = time.monotonic()
         #: outages in a row without a stored batch between them (sets the first wait)
         self._outage_streak = 0
+        self._status_due = time.monotonic() + config.status_every_s
 
     # -- decoding ------------------------------------------------------------------------
     def _decode_events(self, msg: Message) -> None:
@@ -384,7 +395,33 @@ class ClickHouseSink:
             self._buffers.count and (due or not msgs)
         ):
             self._flush_or_wait()
+        if time.monotonic() >= self._status_due:
+            self._status_due = time.monotonic() + self.config.status_every_s
+            log.warning("sink status: %s", self.status())
         return len(msgs)
+
+    def lag(self) -> int:
+        """Records on the assigned partitions not read yet (from the high watermarks the
+        consumer last fetched: no request to the broker)."""
+        behind = 0
+        try:
+            assignment = self._consumer.assignment()
+            for tp in self._consumer.position(assignment) if assignment else []:
+                _, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if high >= 0 and tp.offset >= 0:
+                    behind += max(0, high - tp.offset)
+        except (RuntimeError, KafkaException):  # closed, or the broker is away
+            return -1
+        return behind
+
+    def status(self) -> str:
+        """One line: what the sink stored, refused and waited for, and how far behind it is."""
+        s = self.stats
+        return (
+            f"{s.records:,} records read, {s.rows_written:,} rows written in {s.batches:,} "
+            f"batches ({s.rows_refused:,} refused, {s.decode_errors:,} undecodable), "
+            f"{s.outages} ClickHouse outages ({s.outage_s:.0f} s), {_lag_text(self.lag())}"
+        )
 
     def run(self, until: Callable[[], bool] | None = None) -> SinkStats:
         self._consumer.subscribe(list(self._decoders), on_revoke=self._on_revoke)
@@ -408,6 +445,10 @@ def run_sink(config: SinkConfig) -> SinkStats:
     signal.signal(signal.SIGTERM, _handle)
     signal.signal(signal.SIGINT, _handle)
     return sink.run()
+
+
+def _lag_text(lag: int) -> str:
+    return "lag unknown" if lag < 0 else f"lag {lag:,} records"
 
 
 def _where(msg: Message) -> tuple[str, int, int]:

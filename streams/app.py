@@ -12,6 +12,7 @@ recomputes them; re-emitted windows carry the same id and collapse in ClickHouse
 from __future__ import annotations
 
 import gc
+import logging
 import time
 from typing import Any
 
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 _MAX_BYTES = 8 * 1024 * 1024
+#: how often the worker and its state are summarised in the log
+STATUS_EVERY_S = 60.0
+log = logging.getLogger("rankscope.streams")
 
 
 def faust_broker_url(bootstrap: str) -> str:
@@ -100,6 +104,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     recovery.register(app)
     windows.register(app)
 
+    status_due = [time.time() + STATUS_EVERY_S]
+
     @app.timer(interval=1.0)  # type: ignore[untyped-decorator]
     async def tick() -> None:
         """Event time moves on in a quiet fleet too: the decider's deadlines, idle windows and
@@ -109,6 +115,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         await windows.close_ready(now)
         await analysis.tick(now)
         windows.evict_idle(now)
+        if now >= status_due[0]:  # health in the log, once a minute
+            status_due[0] = now + STATUS_EVERY_S
+            log.warning(
+                "worker status: %s; state: %d jobs windowed, %d analyzed, %d on probation",
+                counters.summary(), windows.agg.jobs(), len(analysis.analyzers),
+                len(analysis.probation),
+            )  # fmt: skip
         if await snapshots.tick(now):
             windows.ack_settled()  # records the new snapshots include may be acknowledged
 

@@ -163,6 +163,7 @@ def test_a_refused_row_is_dead_lettered_and_the_sink_moves_on(
         while sink.stats.commits < 1 or sink.stats.records < 3:
             assert time.monotonic() < deadline, sink.stats
             time.sleep(0.1)
+        status = sink.status()  # what the sink logs once a minute
     finally:
         sink.stop()
         thread.join(30)
@@ -177,6 +178,8 @@ def test_a_refused_row_is_dead_lettered_and_the_sink_moves_on(
     )
     assert "table spans" in letter[0][1]
     assert sink.stats.rows_refused == 1
+    assert "3 records read" in status and "(1 refused" in status, status
+    assert status.endswith("lag 0 records"), status
 
     # the offsets moved on: a second sink in the same group finds nothing to read again
     again = ClickHouseSink(config)

@@ -35,6 +35,16 @@ class StageCounters:
     duplicates_dropped: int = 0
     started_wall: float = field(default_factory=time.time)
 
+    def summary(self) -> str:
+        """One log line: what the worker did since it started."""
+        return (
+            f"{self.records_in:,} raw records, {self.events_valid:,} events valid, "
+            f"{self.dead_letters:,} dead letters, {self.events_quarantined:,} quarantined; "
+            f"{self.windows_emitted:,} windows ({self.late_events:,} late events), "
+            f"{self.detections:,} detections, {self.incidents:,} incidents, "
+            f"{self.recovery_events:,} recovery events; {self.pending_acks:,} records held"
+        )
+
 
 @dataclass(frozen=True)
 class StageTopics:
