@@ -199,6 +199,27 @@ def test_the_secure_listener_config(tmp_path: Path) -> None:
     assert 'password="a-b";' in conf["listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config"]
     assert "\n" not in conf["ssl.keystore.key"]
     assert listener.format_args()[:2] == ["--add-scram", "SCRAM-SHA-512=[name=admin,password=a-b]"]
+    assert conf["ssl.truststore.certificates"].startswith("-----BEGIN CERTIFICATE-----\\n")
+    # compose's shape: bound on every interface, advertised by name, a published second listener
+    conf = listener.broker_config(
+        "kafka",
+        9092,
+        9093,
+        bind_host="0.0.0.0",
+        controller_host="127.0.0.1",
+        external=("localhost", 19092),
+    )
+    assert conf["listeners"] == (
+        "SASL_SSL://0.0.0.0:9092,EXTERNAL://0.0.0.0:19092,CONTROLLER://127.0.0.1:9093"
+    )
+    assert conf["advertised.listeners"] == "SASL_SSL://kafka:9092,EXTERNAL://localhost:19092"
+    assert conf["listener.security.protocol.map"] == (
+        "SASL_SSL:SASL_SSL,EXTERNAL:SASL_SSL,CONTROLLER:PLAINTEXT"
+    )
+    assert 'password="a-b";' in conf["listener.name.external.scram-sha-512.sasl.jaas.config"]
+    tools = listener.java_client_properties("rankscope-agent")
+    assert tools["security.protocol"] == "SASL_SSL"
+    assert 'username="rankscope-agent" password="x";' in tools["sasl.jaas.config"]
     with pytest.raises(ValidationError, match="SCRAM user names"):
         SecureListener.model_validate({**listener.model_dump(), "users": {"admin": "a,b]"}})
     with pytest.raises(ValueError, match="admin user"):

@@ -187,6 +187,31 @@ def new_cluster_id() -> str:
             return text
 
 
+def single_node_config(log_dir: str, controller: str, node_id: int = NODE_ID) -> dict[str, str]:
+    """server.properties of a one-node KRaft cluster (broker and controller in one process),
+    less its listeners: the local broker's, and the compose TLS overlay's (kafka_compose.py).
+    ``controller`` is the controller listener's ``host:port``."""
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": f"{node_id}@{controller}",
+        "controller.listener.names": "CONTROLLER",
+        "log.dirs": log_dir,
+        "num.partitions": "4",
+        "offsets.topic.replication.factor": "1",
+        # 50 partitions (the default) makes the first consumer-group join slow on one node.
+        "offsets.topic.num.partitions": "8",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+        # 8 MiB, so an oversized (e.g. 2 MB) record reaches the workers, who dead-letter it.
+        "message.max.bytes": "8388608",
+        "replica.fetch.max.bytes": "8388608",
+        "log.retention.hours": "168",
+    }
+
+
 def _admin(bootstrap: str, security: KafkaSecurity | None = None) -> AdminClient:
     # A logger that nobody polls keeps librdkafka's "connection refused" chatter off stderr.
     config: dict[str, Any] = kafka_config(bootstrap, security, logger=_QUIET)
@@ -346,28 +371,12 @@ class LocalKafka:
 
     # -- internals ---------------------------------------------------------------------------
     def _config(self) -> dict[str, str]:
-        config = {
-            "process.roles": "broker,controller",
-            "node.id": str(NODE_ID),
-            "controller.quorum.voters": f"{NODE_ID}@{HOST}:{self.controller_port}",
+        config = single_node_config(str(self.log_dir), f"{HOST}:{self.controller_port}")
+        config |= {
             "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
-            "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.log_dir),
-            "num.partitions": "4",
-            "offsets.topic.replication.factor": "1",
-            # 50 partitions (the default) makes the first consumer-group join slow on one node.
-            "offsets.topic.num.partitions": "8",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            "auto.create.topics.enable": "true",
-            # 8 MiB, so an oversized (e.g. 2 MB) record reaches the workers, who dead-letter it.
-            "message.max.bytes": "8388608",
-            "replica.fetch.max.bytes": "8388608",
-            "log.retention.hours": "168",
         }
         if self.secure is not None:
             config.update(self.secure.broker_config(HOST, self.port, self.controller_port))

@@ -58,34 +58,80 @@ class SecureListener(BaseModel):
                 raise ValueError("SCRAM user names and passwords: letters, digits and ._~+/@-")
         return users
 
-    def broker_config(self, host: str, port: int, controller_port: int) -> dict[str, str]:
-        """server.properties entries that replace the PLAINTEXT client listener."""
+    def broker_config(
+        self,
+        host: str,
+        port: int,
+        controller_port: int,
+        *,
+        bind_host: str | None = None,
+        controller_host: str | None = None,
+        external: tuple[str, int] | None = None,
+    ) -> dict[str, str]:
+        """server.properties entries that replace the PLAINTEXT client listener.
+
+        Clients reach the broker as ``host:port`` (listener ``SASL_SSL``, bound on ``bind_host``,
+        default ``host``); ``external`` adds a second SASL_SSL listener, ``EXTERNAL``, advertised
+        as that (host, port) and bound on ``bind_host`` too (a port published to another network,
+        as compose does). The controller listener binds ``controller_host`` (default ``host``):
+        keep it a loopback address, it is PLAINTEXT with ``User:ANONYMOUS`` a super user.
+        The certificates go in line, so the file needs nothing else at the broker's paths."""
         if self.admin_user not in self.users:
             raise ValueError(f"admin user {self.admin_user!r} needs a password in users")
+        bind = host if bind_host is None else bind_host
+        controller = host if controller_host is None else controller_host
         jaas = (
             "org.apache.kafka.common.security.scram.ScramLoginModule required "
             f'username="{_jaas_quote(self.admin_user)}" '
             f'password="{_jaas_quote(self.users[self.admin_user])}";'
         )
-        prefix = "listener.name.sasl_ssl."
-        return {
-            "listeners": f"SASL_SSL://{host}:{port},CONTROLLER://{host}:{controller_port}",
-            "advertised.listeners": f"SASL_SSL://{host}:{port}",
+        # name -> (bound address, advertised address), every one SASL_SSL
+        client_listeners = {"SASL_SSL": (f"{bind}:{port}", f"{host}:{port}")}
+        if external is not None:
+            ext_host, ext_port = external
+            client_listeners["EXTERNAL"] = (f"{bind}:{ext_port}", f"{ext_host}:{ext_port}")
+        listeners = [f"{name}://{bound}" for name, (bound, _) in client_listeners.items()]
+        config = {
+            "listeners": ",".join([*listeners, f"CONTROLLER://{controller}:{controller_port}"]),
+            "advertised.listeners": ",".join(
+                f"{name}://{advertised}" for name, (_, advertised) in client_listeners.items()
+            ),
             "inter.broker.listener.name": "SASL_SSL",
-            "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                [*(f"{name}:SASL_SSL" for name in client_listeners), "CONTROLLER:PLAINTEXT"]
+            ),
             "sasl.enabled.mechanisms": MECHANISM,
             "sasl.mechanism.inter.broker.protocol": MECHANISM,
-            f"{prefix}{MECHANISM.lower()}.sasl.jaas.config": jaas,
+        }
+        for name in client_listeners:
+            config[f"listener.name.{name.lower()}.{MECHANISM.lower()}.sasl.jaas.config"] = jaas
+        return config | {
             "ssl.keystore.type": "PEM",
             "ssl.keystore.certificate.chain": _inline(self.server_cert_file.read_text()),
             "ssl.keystore.key": _inline(self.server_key_file.read_text()),
             "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(self.ca_file),
+            "ssl.truststore.certificates": _inline(self.ca_file.read_text()),
             "ssl.client.auth": self.client_auth,
             "ssl.endpoint.identification.algorithm": "https",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": f"User:{self.admin_user};User:ANONYMOUS",
             "allow.everyone.if.no.acl.found": "false",
+        }
+
+    def java_client_properties(self, user: str) -> dict[str, str]:
+        """A Java client's (the Kafka CLI tools') properties to log in as ``user``, CA in line:
+        what ``--command-config`` takes."""
+        jaas = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{_jaas_quote(user)}" password="{_jaas_quote(self.users[user])}";'
+        )
+        return {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": MECHANISM,
+            "sasl.jaas.config": jaas,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.certificates": _inline(self.ca_file.read_text()),
+            "ssl.endpoint.identification.algorithm": "https",
         }
 
     def format_args(self) -> list[str]:
