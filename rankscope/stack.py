@@ -53,7 +53,7 @@ def _services(
     from rankscope.services import ServiceManager, local_services
 
     if keep:
-        eps = ServiceManager(settings.home).up(
+        eps = ServiceManager(settings.home, database=settings.database).up(
             kafka_bootstrap=settings.bootstrap,
             clickhouse_url=settings.clickhouse_url,
             progress=progress,
@@ -65,6 +65,7 @@ def _services(
         kafka_bootstrap=settings.bootstrap,
         clickhouse_url=settings.clickhouse_url,
         progress=progress,
+        database=settings.database,
     ) as eps:
         yield eps.kafka_bootstrap, eps.clickhouse_url
 
@@ -84,4 +85,32 @@ def local_stack(
         create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
         client = connect(clickhouse_url)
         migrate(client, settings.database)
-        yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}))
+        stage_env = dict(env or {})
+        if settings.clickhouse_url is None:  # the local engine: the sink logs in as its writer
+            stage_env = {**_local_writer_env(settings, clickhouse_url, progress), **stage_env}
+        yield Stack(settings, bootstrap, clickhouse_url, client, stage_env)
+
+
+def _local_writer_env(
+    settings: Settings, clickhouse_url: str, progress: Callable[[str], None]
+) -> dict[str, str]:
+    """The environment that makes the sink log in to the local engine as its writer, once a
+    probe shows that login may read the database (an engine started before it served users,
+    or for another database, keeps the admin login, and says so)."""
+    from rankscope.services import ServiceManager
+    from rankscope.sinks.access import AccessSettings, local_env, url_for
+
+    home = ServiceManager(settings.home).state_dir
+    env = local_env(home, ["writer"])
+    access = AccessSettings(
+        writer_user=env["RANKSCOPE_CLICKHOUSE_WRITER_USER"],
+        writer_password_file=env["RANKSCOPE_CLICKHOUSE_WRITER_PASSWORD_FILE"],
+    )
+    try:
+        probe = connect(url_for(clickhouse_url, "writer", access))
+        probe.query(f"SELECT count() FROM {settings.database}.schema_migrations")
+        probe.close()
+    except Exception as exc:  # any refusal: keep the admin login rather than fail the stack
+        progress(f"sink keeps the admin ClickHouse login ({type(exc).__name__})")
+        return {}
+    return env

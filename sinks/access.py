@@ -34,6 +34,8 @@ from typing import Literal
 from urllib.parse import quote, urlsplit, urlunsplit
 from xml.sax.saxutils import escape
 
+from clickhouse_connect.driver.client import Client
+from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -148,7 +150,7 @@ class AccessSettings(BaseSettings):
         name: str = getattr(self, f"{role}_user")
         secret: SecretStr | None = getattr(self, f"{role}_password")
         path: Path | None = getattr(self, f"{role}_password_file")
-        if secret is not None:
+        if secret is not None and secret.get_secret_value():
             password = secret.get_secret_value()
         elif path is not None:
             password = path.read_text().strip()
@@ -217,6 +219,39 @@ def sql_statements(
             *(f"{grant} TO {name}" for grant in user.role.grants(database)),
         ]
     return out
+
+
+class NoAccessStorage(RuntimeError):
+    """The engine keeps no users of its own (chDB: code 514, or 495 for a user its read-only
+    users file declares); its users come from that file."""
+
+
+def ensure_users(client: Client, database: str, access: AccessSettings | None = None) -> str:
+    """Create or update the configured users (run by ``rankscope migrate``, as admin); a role
+    without a password is skipped. Returns one line saying what was done."""
+    access = access or AccessSettings()
+    users = [u for u in (access.user(r) for r in ROLES) if u is not None]
+    skipped = [r for r in ROLES if access.user(r) is None]
+    statements = sql_statements(
+        database, users, changeable_in_readonly=access.reader_changeable_timeout
+    )
+    for stmt in statements:
+        try:
+            client.command(stmt)
+        except DatabaseError as exc:
+            # 514: nowhere to store users; 495: the user exists in a read-only users file
+            if any(f"Code: {c}." in str(exc) for c in (514, 495)):
+                raise NoAccessStorage(
+                    "this engine has no writable access storage (chDB: its users come from "
+                    "users.xml, written by `rankscope services`)"
+                ) from None
+            raise
+    done = ", ".join(f"{u.role.name} {u.name!r}" for u in users) or "none"
+    line = f"{done} created or updated"
+    if skipped:
+        envs = " / ".join(f"{ENV_PREFIX}{r.upper()}_PASSWORD[_FILE]" for r in skipped)
+        line += f"; {', '.join(skipped)} skipped: set {envs}"
+    return line
 
 
 # -- the local chDB engine: users.xml --------------------------------------------------------------
@@ -306,5 +341,6 @@ def local_env(directory: Path, roles: Iterable[RoleName]) -> dict[str, str]:
     env: dict[str, str] = {}
     for role in roles:
         env[f"{ENV_PREFIX}{role.upper()}_USER"] = users[role].name
+        env[f"{ENV_PREFIX}{role.upper()}_PASSWORD"] = ""  # an inherited one would win
         env[f"{ENV_PREFIX}{role.upper()}_PASSWORD_FILE"] = str(password_file(directory, role))
     return env

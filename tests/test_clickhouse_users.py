@@ -8,9 +8,12 @@ on its text.
 from __future__ import annotations
 
 import stat
+import subprocess
+import sys
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,7 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import SecretStr
 
-from rankscope.services import LocalClickHouse
+from rankscope.services import local_services
 from rankscope.sinks.access import (
     READER,
     WRITER,
@@ -36,21 +39,37 @@ ROOT = Path(__file__).resolve().parents[1]
 DB = "rankscope"
 
 
+@dataclass(frozen=True)
+class Engine:
+    """The local engine as `rankscope services` runs it (users file, passwords in ``home``)."""
+
+    home: Path
+    url: str
+
+    @property
+    def credentials_dir(self) -> Path:
+        return self.home
+
+    @property
+    def users_file(self) -> Path:
+        return self.home / "data" / "clickhouse.run" / "users.xml"
+
+
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClickHouse]:
-    home = tmp_path_factory.mktemp("ch-users")
-    with LocalClickHouse(home / "data" / "clickhouse", credentials_dir=home, database=DB) as ch:
-        admin = connect(ch.url)
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    home = tmp_path_factory.mktemp("ch-users").resolve()
+    with local_services(home, kafka_bootstrap="unused:9092", database=DB) as eps:
+        admin = connect(eps.clickhouse_url)
         migrate(admin, DB)
         admin.insert(
             f"{DB}.heartbeats",
             [[str(uuid.uuid4()), "node001", "c1"]],
             column_names=["event_id", "node", "cluster"],
         )
-        yield ch
+        yield Engine(home, eps.clickhouse_url)
 
 
-def _login(engine: LocalClickHouse, role: str) -> Client:
+def _login(engine: Engine, role: str) -> Client:
     user = local_users(engine.credentials_dir)[role]  # type: ignore[index]
     return connect(with_login(engine.url, user))
 
@@ -60,7 +79,7 @@ def _code(exc: pytest.ExceptionInfo[DatabaseError]) -> int:
     return int(text.split("Code: ")[1].split(".", maxsplit=1)[0])
 
 
-def test_local_passwords_are_private_files_made_once(engine: LocalClickHouse) -> None:
+def test_local_passwords_are_private_files_made_once(engine: Engine) -> None:
     first = local_users(engine.credentials_dir)
     assert local_users(engine.credentials_dir) == first
     for role in ("writer", "reader"):
@@ -71,7 +90,7 @@ def test_local_passwords_are_private_files_made_once(engine: LocalClickHouse) ->
     assert first["reader"].password.get_secret_value() not in engine.users_file.read_text()
 
 
-def test_reader_can_select(engine: LocalClickHouse) -> None:
+def test_reader_can_select(engine: Engine) -> None:
     reader = _login(engine, "reader")
     assert reader.query("SELECT currentUser()").result_rows == [("rankscope_reader",)]
     assert reader.query(f"SELECT count() FROM {DB}.heartbeats").result_rows[0][0] >= 1
@@ -94,16 +113,14 @@ def test_reader_can_select(engine: LocalClickHouse) -> None:
         ("SELECT number FROM numbers(2000000)", 396),  # max_result_rows, overflow mode throw
     ],
 )
-def test_reader_cannot_write_alter_or_lift_its_limits(
-    engine: LocalClickHouse, sql: str, code: int
-) -> None:
+def test_reader_cannot_write_alter_or_lift_its_limits(engine: Engine, sql: str, code: int) -> None:
     reader = _login(engine, "reader")
     with pytest.raises(DatabaseError) as exc:
         reader.query(sql) if sql.startswith("SELECT") else reader.command(sql)
     assert _code(exc) == code, str(exc.value)[:300]
 
 
-def test_reader_cannot_insert_through_the_client(engine: LocalClickHouse) -> None:
+def test_reader_cannot_insert_through_the_client(engine: Engine) -> None:
     with pytest.raises(DatabaseError) as exc:
         _login(engine, "reader").insert(
             f"{DB}.heartbeats", [["x", "n", "c"]], column_names=["event_id", "node", "cluster"]
@@ -111,7 +128,7 @@ def test_reader_cannot_insert_through_the_client(engine: LocalClickHouse) -> Non
     assert _code(exc) == 497
 
 
-def test_writer_can_insert_and_select_but_not_drop_or_create(engine: LocalClickHouse) -> None:
+def test_writer_can_insert_and_select_but_not_drop_or_create(engine: Engine) -> None:
     writer = _login(engine, "writer")
     event_id = str(uuid.uuid4())
     writer.insert(
@@ -134,7 +151,7 @@ def test_writer_can_insert_and_select_but_not_drop_or_create(engine: LocalClickH
         assert _code(exc) == 497, sql
 
 
-def test_users_see_no_other_database(engine: LocalClickHouse) -> None:
+def test_users_see_no_other_database(engine: Engine) -> None:
     connect(engine.url).command("CREATE DATABASE IF NOT EXISTS other")
     connect(engine.url).command(
         "CREATE TABLE IF NOT EXISTS other.t (x UInt8) ENGINE = MergeTree ORDER BY x"
@@ -145,14 +162,14 @@ def test_users_see_no_other_database(engine: LocalClickHouse) -> None:
         assert _code(exc) == 497, role
 
 
-def test_wrong_password_is_refused(engine: LocalClickHouse) -> None:
+def test_wrong_password_is_refused(engine: Engine) -> None:
     with pytest.raises(DatabaseError) as exc:
         connect(engine.url.replace("http://", "http://rankscope_reader:nope@"))
     assert _code(exc) == 516
 
 
 def test_the_sink_as_writer_inserts_without_migrating(
-    engine: LocalClickHouse, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The sink's client as the writer (from the settings): migrations are checked, not run."""
     from rankscope.sinks.kafka_sink import ClickHouseSink, SinkConfig
@@ -236,9 +253,79 @@ def test_compose_read_only_user_matches_the_declared_reader() -> None:
     assert grants == READER.grants(DB)
 
 
-def test_the_sink_as_writer_refuses_an_unmigrated_database(engine: LocalClickHouse) -> None:
+def test_the_sink_as_writer_refuses_an_unmigrated_database(engine: Engine) -> None:
     from rankscope.sinks.kafka_sink import ClickHouseSink, SinkConfig
 
     url = with_login(engine.url, local_users(engine.credentials_dir)["writer"])
     with pytest.raises(RuntimeError, match="rankscope migrate"):
         ClickHouseSink(SinkConfig(bootstrap="unused:9092", clickhouse_url=url, database="fresh"))
+
+
+def test_sql_statements_parse_on_the_real_engine(engine: Engine) -> None:
+    """chDB cannot store users (514), but it parses each statement first: no syntax error."""
+    admin = connect(engine.url)
+    stmts = sql_statements(
+        DB, [_user(WRITER, "w"), _user(READER, "r")], changeable_in_readonly=True
+    )
+    for stmt in [*stmts, "CREATE USER bad IDENTIFIED WITH sha256_hash BY 'x' NONSENSE"]:
+        with pytest.raises(DatabaseError) as exc:
+            admin.command(stmt)
+        code = _code(exc)
+        if "NONSENSE" in stmt:
+            assert code == 62  # the check can tell a syntax error
+        else:
+            assert code in (514, 180, 511), f"{stmt}: {str(exc.value)[:300]}"
+
+
+def test_ensure_users_on_chdb_says_why_not(engine: Engine) -> None:
+    from rankscope.sinks.access import NoAccessStorage, ensure_users
+
+    admin = connect(engine.url)
+    assert "writer, reader skipped" in ensure_users(admin, DB, AccessSettings())
+    with pytest.raises(NoAccessStorage, match="users.xml"):
+        ensure_users(admin, DB, AccessSettings(reader_password=SecretStr("pw")))
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rankscope", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "160", "HOME": str(Path.home())},
+    )
+
+
+def test_query_on_the_local_engine_is_the_reader(engine: Engine) -> None:
+    """`rankscope query` without --clickhouse-url logs in to the local engine read-only."""
+    home = str(engine.home)
+    r = _cli("query", "SELECT currentUser() AS who", "--home", home, "--format", "csv")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.splitlines() == ["who", "rankscope_reader"]
+    r = _cli("query", f"DROP TABLE {DB}.heartbeats", "--home", home)
+    assert r.returncode != 0 and "ACCESS_DENIED" in r.stdout + r.stderr
+    # a login in the URL wins: the admin may still do what it likes
+    r = _cli("query", "SELECT currentUser()", "--clickhouse-url", engine.url, "--format", "csv")
+    assert r.returncode == 0 and r.stdout.splitlines()[1] == "default", r.stderr[-2000:]
+
+
+def test_migrate_on_the_local_engine_says_where_users_come_from(engine: Engine) -> None:
+    r = _cli("migrate", "--home", str(engine.home), "--database", DB)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "users.xml" in r.stdout
+
+
+def test_the_local_stack_gives_the_sink_the_writer_login(engine: Engine) -> None:
+    from rankscope.settings import Settings
+    from rankscope.stack import _local_writer_env
+
+    said: list[str] = []
+    settings = Settings(home=engine.home, bootstrap="unused:9092", database=DB)
+    env = _local_writer_env(settings, engine.url, said.append)
+    assert env["RANKSCOPE_CLICKHOUSE_WRITER_USER"] == "rankscope_writer", said
+    assert env["RANKSCOPE_CLICKHOUSE_WRITER_PASSWORD"] == ""
+    assert "PASSWORD_FILE" in " ".join(env) and not said
+    other = Settings(home=engine.home, bootstrap="unused:9092", database="other_db")
+    assert _local_writer_env(other, engine.url, said.append) == {}  # not granted there
+    assert said and "admin" in said[0]

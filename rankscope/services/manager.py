@@ -257,6 +257,8 @@ class ServiceManager:
             "data_dir": str(server.data_dir),
             "url": server.url,
             "log": str(server.log_file),
+            # serves the writer/reader users (passwords in the state dir), not only `default`
+            "users": server.users,
             "started_at": time.time(),
         }
         started.append(CLICKHOUSE)
@@ -345,6 +347,7 @@ class ServiceManager:
                 "healthy": running and clickhouse_healthy(server.url),
                 "data_dir": ch_record["data_dir"],
                 "log": ch_record.get("log"),
+                "users": bool(ch_record.get("users")),
             }
         else:
             report[CLICKHOUSE] = self._external(endpoints.get("clickhouse_url"), clickhouse_healthy)
