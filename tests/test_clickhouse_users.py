@@ -282,7 +282,7 @@ def test_ensure_users_on_chdb_says_why_not(engine: Engine) -> None:
 
     admin = connect(engine.url)
     assert "writer, reader skipped" in ensure_users(admin, DB, AccessSettings())
-    with pytest.raises(NoAccessStorage, match="users.xml"):
+    with pytest.raises(NoAccessStorage, match=r"users\.xml"):
         ensure_users(admin, DB, AccessSettings(reader_password=SecretStr("pw")))
 
 
