@@ -30,6 +30,8 @@ class Stack:
     client: Client
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
+    #: the sink's own environment: its ClickHouse writer login on the local engine
+    sink_env: dict[str, str] = field(default_factory=dict)
 
     def pipeline(self, workers: int = 1) -> Pipeline:
         """The stream workers, sink and actuator processes on this stack (a context manager)."""
@@ -41,6 +43,7 @@ class Stack:
                 database=self.settings.database,
                 home=self.settings.home,
                 env=dict(self.env),
+                sink_env=dict(self.sink_env),
                 workers=workers,
             )
         )
@@ -85,10 +88,10 @@ def local_stack(
         create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
         client = connect(clickhouse_url)
         migrate(client, settings.database)
-        stage_env = dict(env or {})
+        sink_env: dict[str, str] = {}
         if settings.clickhouse_url is None:  # the local engine: the sink logs in as its writer
-            stage_env = {**_local_writer_env(settings, clickhouse_url, progress), **stage_env}
-        yield Stack(settings, bootstrap, clickhouse_url, client, stage_env)
+            sink_env = _local_writer_env(settings, clickhouse_url, progress)
+        yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}), sink_env)
 
 
 def _local_writer_env(

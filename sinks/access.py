@@ -153,7 +153,11 @@ class AccessSettings(BaseSettings):
         if secret is not None and secret.get_secret_value():
             password = secret.get_secret_value()
         elif path is not None:
-            password = path.read_text().strip()
+            try:
+                password = path.read_text().strip()
+            except OSError as exc:
+                env = f"{ENV_PREFIX}{role.upper()}_PASSWORD_FILE"
+                raise ValueError(f"{env}={path}: {exc.strerror or exc}") from None
         else:
             return None
         return User(role=ROLES[role], name=name, password=SecretStr(password))

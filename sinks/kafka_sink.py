@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from clickhouse_connect.driver.exceptions import DatabaseError
@@ -116,7 +117,9 @@ class ClickHouseSink:
         # the writer's login when one is configured (RANKSCOPE_CLICKHOUSE_WRITER_*) and the URL
         # names none. A writer may not run DDL: migrations run here only while some are
         # pending (a fresh local database); otherwise `rankscope migrate` (admin) does them.
-        self._client = connect(url_for(config.clickhouse_url, "writer"))
+        url = url_for(config.clickhouse_url, "writer")
+        self._client = connect(url)
+        log.info("ClickHouse login: %s", urlsplit(url).username or "the server's default user")
         pending = pending_migrations(self._client, config.database)
         if pending:
             if not config.migrate:

@@ -234,6 +234,9 @@ def test_login_from_settings_and_files(tmp_path: Path) -> None:
     assert url_for("http://a:b@h:8123", "reader", access) == "http://a:b@h:8123"  # URL wins
     assert url_for("chdb:///data", "reader", access) == "chdb:///data"
     assert url_for("http://h:8123", "writer", access) == "http://h:8123"  # no writer password
+    missing = AccessSettings(writer_password_file=tmp_path / "absent")
+    with pytest.raises(ValueError, match="RANKSCOPE_CLICKHOUSE_WRITER_PASSWORD_FILE"):
+        url_for("http://h:8123", "writer", missing)
 
 
 def test_compose_read_only_user_matches_the_declared_reader() -> None:
@@ -329,3 +332,25 @@ def test_the_local_stack_gives_the_sink_the_writer_login(engine: Engine) -> None
     other = Settings(home=engine.home, bootstrap="unused:9092", database="other_db")
     assert _local_writer_env(other, engine.url, said.append) == {}  # not granted there
     assert said and "admin" in said[0]
+
+
+def test_only_the_sink_gets_the_writer_login(tmp_path: Path) -> None:
+    from rankscope.pipeline import Pipeline, PipelineConfig
+
+    login = {"RANKSCOPE_CLICKHOUSE_WRITER_PASSWORD_FILE": str(tmp_path / "pw")}
+    pipeline = Pipeline(
+        PipelineConfig(
+            bootstrap="unused:9092",
+            clickhouse_url="http://127.0.0.1:1",
+            topic_prefix="p",
+            database=DB,
+            home=tmp_path,
+            sink_env=login,
+        )
+    )
+    assert pipeline.sink.env == login
+    assert (
+        "--clickhouse-url" in pipeline.sink.argv and str(tmp_path / "pw") not in pipeline.sink.argv
+    )
+    for stage in (*pipeline.workers, pipeline.actuators):
+        assert not set(stage.env) & set(login), stage.name
