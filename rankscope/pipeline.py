@@ -90,6 +90,8 @@ class PipelineConfig:
     workers: int = 1
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
+    #: extra environment for the sink alone (its ClickHouse login, as password files)
+    sink_env: dict[str, str] = field(default_factory=dict)
     #: run the recovery actuator (a replay does not: it must not act on the past)
     actuators: bool = True
     #: Kafka login of this process's probes (lag, group state); None: the environment's
@@ -140,6 +142,7 @@ class Pipeline:
                 str(config.sink_max_batch_rows),
             ],
             logs / "sink.log",
+            env=dict(config.sink_env),
             security=config.stage_security.get("sink"),
         )
         # recovery decisions through the dry-run actuator (the policy's default mode)

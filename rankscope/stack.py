@@ -30,6 +30,8 @@ class Stack:
     client: Client
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
+    #: the sink's own environment: its ClickHouse writer login on the local engine
+    sink_env: dict[str, str] = field(default_factory=dict)
 
     def pipeline(self, workers: int = 1) -> Pipeline:
         """The stream workers, sink and actuator processes on this stack (a context manager)."""
@@ -41,6 +43,7 @@ class Stack:
                 database=self.settings.database,
                 home=self.settings.home,
                 env=dict(self.env),
+                sink_env=dict(self.sink_env),
                 workers=workers,
             )
         )
@@ -53,7 +56,7 @@ def _services(
     from rankscope.services import ServiceManager, local_services
 
     if keep:
-        eps = ServiceManager(settings.home).up(
+        eps = ServiceManager(settings.home, database=settings.database).up(
             kafka_bootstrap=settings.bootstrap,
             clickhouse_url=settings.clickhouse_url,
             progress=progress,
@@ -65,6 +68,7 @@ def _services(
         kafka_bootstrap=settings.bootstrap,
         clickhouse_url=settings.clickhouse_url,
         progress=progress,
+        database=settings.database,
     ) as eps:
         yield eps.kafka_bootstrap, eps.clickhouse_url
 
@@ -84,4 +88,32 @@ def local_stack(
         create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
         client = connect(clickhouse_url)
         migrate(client, settings.database)
-        yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}))
+        sink_env: dict[str, str] = {}
+        if settings.clickhouse_url is None:  # the local engine: the sink logs in as its writer
+            sink_env = _local_writer_env(settings, clickhouse_url, progress)
+        yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}), sink_env)
+
+
+def _local_writer_env(
+    settings: Settings, clickhouse_url: str, progress: Callable[[str], None]
+) -> dict[str, str]:
+    """The environment that makes the sink log in to the local engine as its writer, once a
+    probe shows that login may read the database (an engine started before it served users,
+    or for another database, keeps the admin login, and says so)."""
+    from rankscope.services import ServiceManager
+    from rankscope.sinks.access import AccessSettings, local_env, url_for
+
+    home = ServiceManager(settings.home).state_dir
+    env = local_env(home, ["writer"])
+    access = AccessSettings(
+        writer_user=env["RANKSCOPE_CLICKHOUSE_WRITER_USER"],
+        writer_password_file=env["RANKSCOPE_CLICKHOUSE_WRITER_PASSWORD_FILE"],
+    )
+    try:
+        probe = connect(url_for(clickhouse_url, "writer", access))
+        probe.query(f"SELECT count() FROM {settings.database}.schema_migrations")
+        probe.close()
+    except Exception as exc:  # any refusal: keep the admin login rather than fail the stack
+        progress(f"sink keeps the admin ClickHouse login ({type(exc).__name__})")
+        return {}
+    return env

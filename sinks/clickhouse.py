@@ -125,6 +125,18 @@ def applied_versions(client: Client, database: str) -> set[int]:
     return {int(r[0]) for r in rows}
 
 
+def pending_migrations(client: Client, database: str) -> list[Migration]:
+    """Migrations not applied yet (all of them when the database has none); needs SELECT only,
+    so the sink's writer can check what it may not run."""
+    check_database_name(database)
+    exists = client.query(
+        "SELECT count() FROM system.tables WHERE database = %(d)s AND name = 'schema_migrations'",
+        parameters={"d": database},
+    ).result_rows[0][0]
+    done = applied_versions(client, database) if exists else set()
+    return [m for m in available_migrations() if m.version not in done]
+
+
 def migrate(client: Client, database: str) -> list[Migration]:
     """Apply pending migrations in order; safe to run twice. Returns what it applied."""
     check_database_name(database)

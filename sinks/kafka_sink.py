@@ -19,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
+from clickhouse_connect.driver.exceptions import DatabaseError
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
@@ -45,7 +47,8 @@ from rankscope.schemas.derived import (
 )
 from rankscope.schemas.events import EVENT_LIST_ADAPTER
 from rankscope.schemas.topics import DEFAULT_PREFIX, Topics
-from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.sinks.access import url_for
+from rankscope.sinks.clickhouse import Migration, connect, migrate, pending_migrations
 from rankscope.sinks.rows import (
     AUDIT_TABLE,
     DEADLETTER_TABLE,
@@ -66,6 +69,13 @@ log = logging.getLogger("rankscope.sink")
 
 #: where a buffered row came from: topic, partition, offset, index in the record's batch
 RowRef = tuple[str, int, int, int]
+
+
+def _unmigrated(database: str, pending: list[Migration]) -> str:
+    return (
+        f"ClickHouse database {database!r} lacks migrations {[m.name for m in pending]} and "
+        "this login may not apply them: run `rankscope migrate` (as admin) first"
+    )
 
 
 class SinkConfig(BaseModel):
@@ -130,9 +140,22 @@ class ClickHouseSink:
     def __init__(self, config: SinkConfig) -> None:
         self.config = config
         self.stats = SinkStats()
-        self._client = connect(config.clickhouse_url)
-        if config.migrate:
-            migrate(self._client, config.database)
+        # the writer's login when one is configured (RANKSCOPE_CLICKHOUSE_WRITER_*) and the URL
+        # names none. A writer may not run DDL: migrations run here only while some are
+        # pending (a fresh local database); otherwise `rankscope migrate` (admin) does them.
+        url = url_for(config.clickhouse_url, "writer")
+        self._client = connect(url)
+        log.info("ClickHouse login: %s", urlsplit(url).username or "the server's default user")
+        pending = pending_migrations(self._client, config.database)
+        if pending:
+            if not config.migrate:
+                raise RuntimeError(_unmigrated(config.database, pending))
+            try:
+                migrate(self._client, config.database)
+            except DatabaseError as exc:
+                if "ACCESS_DENIED" not in str(exc):
+                    raise
+                raise RuntimeError(_unmigrated(config.database, pending)) from exc
         topics = config.topics
         self._decoders: dict[str, Callable[[Message], None]] = {
             topics.events: self._decode_events,

@@ -35,7 +35,9 @@ def migrate(
         typer.Option(help="Retention of one table, as table=days (repeat); wins over --ttl-days."),
     ] = None,
 ) -> None:
-    """Apply pending ClickHouse migrations (safe to run twice), and set retention if asked."""
+    """Apply pending ClickHouse migrations (safe to run twice), set retention if asked, and
+    create or update the pipeline's writer and reader users (as admin: the URL's login)."""
+    from rankscope.sinks.access import NoAccessStorage, ensure_users
     from rankscope.sinks.clickhouse import TIME_COLUMNS, apply_ttl, connect
     from rankscope.sinks.clickhouse import migrate as run_migrations
 
@@ -43,6 +45,13 @@ def migrate(
     client = connect(url)
     applied = run_migrations(client, database)
     console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
+    if clickhouse_url is None:
+        console.print("users: the local engine's come from its users.xml (passwords in --home)")
+    else:
+        try:
+            console.print(f"users: {ensure_users(client, database)}")
+        except NoAccessStorage as exc:
+            console.print(f"users: not created: {exc}")
     days: dict[str, int] = dict.fromkeys(TIME_COLUMNS, ttl_days) if ttl_days is not None else {}
     for table, n in pairs(ttl, "table=days", "--ttl").items():
         if not n.isdigit():
@@ -73,11 +82,16 @@ def query(
     database: DatabaseOpt = "rankscope",
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
 ) -> None:
-    """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse."""
+    """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse, as
+    the read-only user when one is configured (a login in --clickhouse-url wins)."""
+    from rankscope.sinks.access import url_for
     from rankscope.sinks.clickhouse import connect
     from rankscope.sinks.named_queries import load_queries
 
-    url = clickhouse_url or local_clickhouse_url(home)
+    if clickhouse_url is None:
+        url = local_clickhouse_url(home, role="reader")
+    else:
+        url = url_for(clickhouse_url, "reader")
     client = connect(url)
     named = load_queries()
     if sql in named:

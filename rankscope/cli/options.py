@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from rankscope.settings import Settings
+from rankscope.sinks.access import RoleName
 
 console = Console()
 err = Console(stderr=True)
@@ -80,14 +81,22 @@ def make_settings(
     )
 
 
-def local_clickhouse_url(home: Path) -> str:
-    """The running local engine's URL, or the embedded engine on its data directory."""
-    from rankscope.services import ServiceManager
+def local_clickhouse_url(home: Path, role: RoleName | None = None) -> str:
+    """The running local engine's URL, or the embedded engine on its data directory.
 
-    status = ServiceManager(home).status()
+    ``role``: log in as that user of the local engine (its password from the state dir) when
+    the engine serves users; else, and for the embedded engine (no users), as its admin."""
+    from rankscope.services import ServiceManager
+    from rankscope.sinks.access import local_users, with_login
+
+    manager = ServiceManager(home)
+    status = manager.status()
     ch = status.get("clickhouse") or {}
     if ch.get("running") and ch.get("endpoint"):
-        return str(ch["endpoint"])
+        url = str(ch["endpoint"])
+        if role is not None and ch.get("managed") and ch.get("users"):
+            url = with_login(url, local_users(manager.state_dir, create=False).get(role))
+        return url
     data = (home / "data" / "clickhouse").resolve()
     if not data.exists():
         raise typer.BadParameter(

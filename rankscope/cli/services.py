@@ -10,7 +10,15 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.options import DEFAULT_HOME, BootstrapOpt, ClickHouseOpt, HomeOpt, console, err
+from rankscope.cli.options import (
+    DEFAULT_HOME,
+    BootstrapOpt,
+    ClickHouseOpt,
+    DatabaseOpt,
+    HomeOpt,
+    console,
+    err,
+)
 
 services_app = typer.Typer(
     help="Start, stop and inspect the local Kafka broker and ClickHouse engine."
@@ -22,11 +30,13 @@ def services_up(
     home: HomeOpt = DEFAULT_HOME,
     bootstrap: BootstrapOpt = None,
     clickhouse_url: ClickHouseOpt = None,
+    database: DatabaseOpt = "rankscope",
 ) -> None:
-    """Start the local broker and engine (left running; stop with `services down`)."""
+    """Start the local broker and engine (left running; stop with `services down`); the
+    engine's writer and reader users are granted on --database."""
     from rankscope.services import ServiceManager
 
-    eps = ServiceManager(home).up(
+    eps = ServiceManager(home, database=database).up(
         kafka_bootstrap=bootstrap, clickhouse_url=clickhouse_url, progress=err.print
     )
     console.print(f"kafka      {eps.kafka_bootstrap}\nclickhouse {eps.clickhouse_url}")

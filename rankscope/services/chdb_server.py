@@ -57,8 +57,13 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_S = 300.0
 
 
-def config_xml(host: str, port: int, memory_ratio: float | None) -> str:
-    """Server settings chDB was verified to accept; anything else in here is untested."""
+def config_xml(
+    host: str, port: int, memory_ratio: float | None, users_xml: Path | None = None
+) -> str:
+    """Server settings chDB was verified to accept; anything else in here is untested.
+
+    ``users_xml``: the users file (absolute path) the HTTP interface authenticates against and
+    enforces (profiles, grants); chDB has no writable access storage, so users come from it."""
     parts = [
         "<clickhouse>",
         f"  <listen_host>{escape(host)}</listen_host>",
@@ -72,6 +77,12 @@ def config_xml(host: str, port: int, memory_ratio: float | None) -> str:
             "  <max_server_memory_usage_to_ram_ratio>"
             f"{memory_ratio}</max_server_memory_usage_to_ram_ratio>"
         )
+    if users_xml is not None:
+        parts += [
+            "  <user_directories><users_xml>",
+            f"    <path>{escape(str(users_xml.resolve()))}</path>",
+            "  </users_xml></user_directories>",
+        ]
     parts.append("</clickhouse>")
     return "\n".join(parts) + "\n"
 
@@ -118,6 +129,7 @@ def run_engine(
     port: int,
     memory_ratio: float | None,
     parent_pid: int | None = None,
+    users_xml: Path | None = None,
 ) -> int:
     """Run chDB's HTTP server in this process until SIGTERM; returns the exit code."""
     _die_with_parent(parent_pid)
@@ -125,7 +137,7 @@ def run_engine(
     data_dir.mkdir(parents=True, exist_ok=True)
     run_dir = run_dir_for(data_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.xml").write_text(config_xml(host, port, memory_ratio))
+    (run_dir / "config.xml").write_text(config_xml(host, port, memory_ratio, users_xml))
     os.chdir(run_dir)
 
     stop = threading.Event()
@@ -236,11 +248,16 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_MEMORY_RATIO,
         help="max_server_memory_usage_to_ram_ratio (0 = ClickHouse's default)",
     )
+    parser.add_argument(
+        "--users-xml", type=Path, default=None, help="users file (profiles, users, grants)"
+    )
     parser.add_argument("--parent-pid", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     ratio: float | None = args.memory_ratio or None
     if args.parent_pid is not None:
-        return run_engine(args.data_dir, args.host, args.port, ratio, args.parent_pid)
+        return run_engine(
+            args.data_dir, args.host, args.port, ratio, args.parent_pid, args.users_xml
+        )
     engine_args = [
         "--data-dir",
         str(args.data_dir.resolve()),
@@ -251,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-ratio",
         str(args.memory_ratio),
     ]
+    if args.users_xml is not None:
+        engine_args += ["--users-xml", str(args.users_xml.resolve())]
     return supervise(engine_args)
 
 

@@ -63,8 +63,17 @@ class LocalClickHouse:
         host: str = "127.0.0.1",
         *,
         memory_ratio: float = DEFAULT_MEMORY_RATIO,
+        credentials_dir: Path | None = None,
+        database: str = "rankscope",
+        users: bool = True,
     ) -> None:
+        """``users``: serve the users of `rankscope.sinks.access` (writer and reader, granted on
+        ``database``, passwords generated once into ``credentials_dir``, default the run
+        directory) beside ``default``, the loopback admin; off: ``default`` only, as before."""
         self.data_dir = data_dir.resolve()
+        self.credentials_dir = (credentials_dir or run_dir_for(self.data_dir)).resolve()
+        self.database = database
+        self.users = users
         self.host = host
         self.port = port or free_port(host)
         self.memory_ratio = memory_ratio
@@ -78,6 +87,22 @@ class LocalClickHouse:
     @property
     def run_dir(self) -> Path:
         return run_dir_for(self.data_dir)
+
+    @property
+    def users_file(self) -> Path:
+        return self.run_dir / "users.xml"
+
+    def write_users(self) -> Path:
+        """Render the users file the engine enforces (0600: it holds password hashes)."""
+        from rankscope.sinks.access import local_users, users_xml
+
+        text = users_xml(self.database, local_users(self.credentials_dir).values())
+        tmp = self.users_file.with_name(f".users.xml.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        tmp.replace(self.users_file)
+        return self.users_file
 
     @property
     def log_file(self) -> Path:
@@ -126,6 +151,8 @@ class LocalClickHouse:
             "--memory-ratio",
             str(self.memory_ratio),
         ]
+        if self.users:
+            cmd += ["--users-xml", str(self.write_users())]
         env = {**os.environ, "PYTHONPATH": _pythonpath(), "PYTHONUNBUFFERED": "1"}
         with self.log_file.open("ab") as log:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")

@@ -76,6 +76,7 @@ class ServiceManager:
         clickhouse_port: int = 0,
         kafka_start_timeout_s: float = 60,
         clickhouse_start_timeout_s: float = 30,
+        database: str = "rankscope",
     ) -> None:
         self.state_dir = (state_dir or default_state_dir()).expanduser().resolve()
         self.kafka_port = kafka_port
@@ -83,6 +84,8 @@ class ServiceManager:
         self.clickhouse_port = clickhouse_port
         self.kafka_start_timeout_s = kafka_start_timeout_s
         self.clickhouse_start_timeout_s = clickhouse_start_timeout_s
+        #: the database the local engine's writer and reader users are granted on
+        self.database = database
         # Handles for processes this object started: stopping through them also reaps them.
         self._kafka: LocalKafka | None = None
         self._clickhouse: LocalClickHouse | None = None
@@ -240,7 +243,10 @@ class ServiceManager:
             state.pop(CLICKHOUSE, None)
             self._save(state)
         _say(progress, "Starting ClickHouse (chDB engine, HTTP interface)...")
-        server = LocalClickHouse(self.clickhouse_data_dir, port)
+        # writer/reader passwords live in the state dir (0600), next to the other local keys
+        server = LocalClickHouse(
+            self.clickhouse_data_dir, port, credentials_dir=self.state_dir, database=self.database
+        )
         began = time.monotonic()
         server.start(timeout_s=self.clickhouse_start_timeout_s)
         self._clickhouse = server
@@ -251,6 +257,8 @@ class ServiceManager:
             "data_dir": str(server.data_dir),
             "url": server.url,
             "log": str(server.log_file),
+            # serves the writer/reader users (passwords in the state dir), not only `default`
+            "users": server.users,
             "started_at": time.time(),
         }
         started.append(CLICKHOUSE)
@@ -339,6 +347,7 @@ class ServiceManager:
                 "healthy": running and clickhouse_healthy(server.url),
                 "data_dir": ch_record["data_dir"],
                 "log": ch_record.get("log"),
+                "users": bool(ch_record.get("users")),
             }
         else:
             report[CLICKHOUSE] = self._external(endpoints.get("clickhouse_url"), clickhouse_healthy)
@@ -362,9 +371,10 @@ def local_services(
     kafka_bootstrap: str | None = None,
     clickhouse_url: str | None = None,
     progress: Progress | None = None,
+    database: str = "rankscope",
 ) -> Iterator[Endpoints]:
     """Services for a test session or the demo: start what is missing, stop only that after."""
-    manager = ServiceManager(state_dir)
+    manager = ServiceManager(state_dir, database=database)
     endpoints, started = manager.up_tracked(kafka_bootstrap, clickhouse_url, progress)
     try:
         yield endpoints
