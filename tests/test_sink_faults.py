@@ -113,7 +113,7 @@ def _sink_config(services: Services, prefix: str, database: str, url: str) -> Si
 
 def _count(url: str, sql: str) -> int:
     try:
-        return int(connect(url).query(sql).result_rows[0][0])
+        return int(connect(url, send_receive_timeout=10).query(sql).result_rows[0][0])
     except Exception:
         return -1
 
