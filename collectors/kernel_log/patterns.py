@@ -20,9 +20,11 @@ _PCI: Final = r"(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?"
 
 #: ``NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.``
 #: (``pid='<unknown>', name=<unknown>,`` when no process; ``pid=``/``name=`` absent before r460;
-#: ``(0000:3b:00)`` without ``PCI:`` on old drivers)
+#: ``(0000:3b:00)`` without ``PCI:`` on old drivers; ``(PCI:0000:3b:00 GPU-I:00 GPU-CI:00)`` for a
+#: MIG instance)
 XID_RE: Final = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")\): (?P<code>\d+),"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>" + _PCI + r")"
+    r"(?: GPU-I:(?P<gi>\d+))?(?: GPU-CI:(?P<ci>\d+))?\): (?P<code>\d+),"
     r"(?: pid=(?P<pid>'<unknown>'|<unknown>|\d+),)?"
     r"(?: name=(?P<name>.*?),)?"
     r" ?(?P<text>.*)"

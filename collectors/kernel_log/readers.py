@@ -45,7 +45,7 @@ class ReaderStats:
     #: kmsg: records not from the kernel facility (userspace writes to /dev/kmsg)
     records_not_kernel: int = 0
     records_malformed: int = 0
-    #: polls that stopped at the per-poll bound with more to read
+    #: polls that stopped at the per-poll bound (more may be waiting: it comes next poll)
     bounded: int = 0
     read_errors: int = 0
     restarts: int = 0
@@ -135,17 +135,18 @@ class KmsgReader:
             return out
         self.stats.reads += 1
         budget = self.config.max_read_bytes
-        while len(out) < self.config.max_records_per_poll:
-            if budget <= 0:
-                break
+        left = self.config.max_records_per_poll
+        while True:
+            left = self._records(out, left)  # whole records already buffered first
+            if left <= 0 or budget <= 0:
+                self.stats.bounded += 1
+                return out
             try:
                 chunk = self._read(self._fd, 16 * 1024)
             except BlockingIOError:
                 return out
             except OSError as e:
-                if e.errno == errno.EPIPE:  # overwritten before we read it: the gap counts it
-                    continue
-                if e.errno == errno.EINTR:
+                if e.errno in (errno.EPIPE, errno.EINTR):  # overwritten: the seq gap counts it
                     continue
                 self.stats.read_errors += 1
                 self.stats.last_error = f"{type(e).__name__}: {e}"
@@ -155,19 +156,25 @@ class KmsgReader:
             budget -= len(chunk)
             self.stats.bytes_read += len(chunk)
             self._buf += chunk
-            self._records(out)
-        self.stats.bounded += 1
-        return out
 
-    def _records(self, out: list[KernelRecord]) -> None:
-        lines = self._buf.split(b"\n")
-        self._buf = lines.pop()  # the partial rest (empty for a whole record)
-        for line in lines:
+    def _records(self, out: list[KernelRecord], left: int) -> int:
+        """Parses whole buffered records (at most ``left``); returns how many more may come."""
+        buf = self._buf
+        pos = 0
+        while left > 0:
+            nl = buf.find(b"\n", pos)
+            if nl < 0:
+                break
+            line = buf[pos:nl]
+            pos = nl + 1
             if not line or line[:1] == b" ":  # continuation (dictionary) line
                 continue
+            left -= 1
             rec = self._record(line)
             if rec is not None:
                 out.append(rec)
+        self._buf = buf[pos:]
+        return left
 
     def _record(self, line: bytes) -> KernelRecord | None:
         head, sep, text = line.partition(b";")
