@@ -431,7 +431,9 @@ def test_kmsg_unreadable_is_reported_not_raised(tmp_path: Path) -> None:
 # -- journalctl -k -o json ------------------------------------------------------------------
 
 
-def _entry(cursor: str, message: Any, usec: int = 1_700_000_000_000_000) -> str:
+def _entry(
+    cursor: str, message: Any, usec: int = 1_700_000_000_000_000, facility: str = "0"
+) -> str:
     return json.dumps(
         {
             "__CURSOR": cursor,
@@ -440,7 +442,7 @@ def _entry(cursor: str, message: Any, usec: int = 1_700_000_000_000_000) -> str:
             "_BOOT_ID": "6c82c7e222d34eb9873e7bb24b2832b8",
             "_TRANSPORT": "kernel",
             "PRIORITY": "3",
-            "SYSLOG_FACILITY": "0",
+            "SYSLOG_FACILITY": facility,
             "SYSLOG_IDENTIFIER": "kernel",
             "MESSAGE": message,
         }
@@ -483,6 +485,7 @@ def test_journal_message_as_string_and_as_byte_array(tmp_path: Path) -> None:
             _entry("s=1;i=1", "NVRM: Xid (PCI:0000:3b:00): 94, pid=12, name=py, Contained"),
             _entry("s=1;i=2", list(FALLEN_3.encode())),  # control characters: a byte array
             _entry("s=1;i=3", "usb 1-1: new high-speed USB device"),
+            _entry("s=1;i=4", "NVRM: Xid (PCI:0000:3b:00): 79, fake", facility="1"),
             "not json",
         ],
     )
@@ -493,8 +496,9 @@ def test_journal_message_as_string_and_as_byte_array(tmp_path: Path) -> None:
         ("fallen_off_bus", "0000:b3:00.0", 1_700_000_000_000_000_000),
     ]
     assert events[0].payload.source == "journal"
-    assert reader.state() == {"cursor": "s=1;i=3", "boot_id": "6c82c7e222d34eb9873e7bb24b2832b8"}
-    assert reader.stats.records == 3 and reader.stats.records_malformed == 1
+    assert reader.state() == {"cursor": "s=1;i=4", "boot_id": "6c82c7e222d34eb9873e7bb24b2832b8"}
+    assert reader.stats.records == 4 and reader.stats.records_malformed == 1
+    assert reader.stats.records_not_kernel == 1
     assert reader.stats.read_errors == 0  # cat ended with 0: no error, restarted later
 
 
@@ -557,3 +561,22 @@ def test_agent_registry_builds_the_section() -> None:
     config = config_cls.model_validate({"source": "file", "paths": [], "use_nvml": False})
     collector = factory(config, _factory())
     assert collector.name == "kernel_log" and collector.interval_s == 1.0
+
+
+def test_agent_config_section_and_the_documented_example() -> None:
+    import yaml
+
+    from rankscope.collectors.agent.config import AgentConfig
+
+    agent = AgentConfig.model_validate(
+        {"cluster": "c", "kafka": {"bootstrap": "k:9092"}, "kernel_log": {"source": "kmsg"}}
+    )
+    (config,) = agent.collector_configs().values()
+    assert isinstance(config, KernelLogCollectorConfig) and config.source == "kmsg"
+    # the commented example in the shipped agent.yaml is a valid section with every option
+    example = (Path(__file__).parents[1] / "rankscope" / "examples" / "agent.yaml").read_text()
+    block = example.split("# kernel_log:", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    section = yaml.safe_load("\n".join(line.removeprefix("#") for line in block))
+    documented = KernelLogCollectorConfig.model_validate(section)
+    assert set(section) == set(KernelLogCollectorConfig.model_fields) - {"enabled"}
+    assert documented.inventory == []

@@ -222,7 +222,8 @@ class JournalReader:
     message is not valid UTF-8 or has control characters), ``__REALTIME_TIMESTAMP`` (epoch usec,
     a string), ``__CURSOR``, ``_BOOT_ID``. The last cursor is the resume position
     (``--after-cursor``); without one, ``--lines=0`` (the end) or ``--no-tail`` (from_start).
-    A child that exits is started again after ``restart_backoff_s``, after the last cursor."""
+    A child that exits is started again after ``restart_backoff_s``, after the last cursor.
+    Entries whose ``SYSLOG_FACILITY`` is not 0 (userspace writes to /dev/kmsg) are dropped."""
 
     name = "journal"
 
@@ -356,6 +357,12 @@ class JournalReader:
         boot = entry.get("_BOOT_ID")
         if isinstance(boot, str):
             self.boot_id = boot
+        self.stats.records += 1
+        facility = entry.get("SYSLOG_FACILITY")
+        if isinstance(facility, str) and facility not in ("", "0"):
+            # a userspace write to /dev/kmsg: journald keeps its facility (never 0)
+            self.stats.records_not_kernel += 1
+            return None
         msg = entry.get("MESSAGE")
         if isinstance(msg, list):
             try:
@@ -372,7 +379,6 @@ class JournalReader:
         stamp = entry.get("__REALTIME_TIMESTAMP")
         if isinstance(stamp, str) and stamp.isdigit():
             ts = int(stamp) * 1000
-        self.stats.records += 1
         return KernelRecord(text, ts, self.name)
 
     def state(self) -> dict[str, Any]:
