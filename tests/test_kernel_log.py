@@ -580,3 +580,25 @@ def test_agent_config_section_and_the_documented_example() -> None:
     documented = KernelLogCollectorConfig.model_validate(section)
     assert set(section) == set(KernelLogCollectorConfig.model_fields) - {"enabled"}
     assert documented.inventory == []
+
+
+def test_sink_rows_carry_the_new_fields_and_old_documents_still_map(tmp_path: Path) -> None:
+    from rankscope.schemas.events import dump_event
+    from rankscope.sinks.event_tables import event_spec, fast_row
+
+    collector, _ = _file_collector(tmp_path, [_line_with("tune.log", "22013, Non-fatal")])
+    (ev,) = collector.poll(1)
+    spec = event_spec(ev)
+    doc = json.loads(dump_event(ev))
+    row = dict(zip(spec.columns, spec.to_row(ev), strict=True))
+    assert (row["pci_bus_id"], row["source"], row["pattern"], row["sxid"]) == (
+        "0000:04:00.0",
+        "file",
+        "sxid",
+        22013,
+    )
+    assert fast_row(doc) == (spec, spec.to_row(ev))
+    for key in ("pci_bus_id", "source", "pattern", "sxid"):  # written before migration 0010
+        del doc["payload"][key]
+    old = dict(zip(spec.columns, fast_row(doc)[1], strict=True))
+    assert (old["pci_bus_id"], old["source"], old["pattern"], old["sxid"]) == ("", "", "", None)
