@@ -1,15 +1,17 @@
 """Probe the kernel-log collector on a real node (run as root on a machine with an NVIDIA driver).
 
     python bench/device/kernel_log_probe.py [--seconds 4] [--interval 0.25] [--json out.json]
-        [--inject-marker]
+        [--inject-marker] [--steady-seconds 5]
 
 Tries each source in turn (``/dev/kmsg``, ``journalctl -k -o json``, ``/var/log/kern.log`` and
 friends), runs ``rankscope.collectors.kernel_log`` on each that opens for ``--seconds`` (from the
 start of what it holds, so the node's history is parsed), and prints one JSON document: per
 source whether it worked (or its error), records read/lost/bounded, matches per pattern, the
 events (brief), the NVRM lines seen even if unmatched (first 50), the CPU time of each poll
-(``time.process_time`` delta) and of idle polls; the PCI -> GPU mapping NVML gives; and a self
-test that feeds the repository's recorded sample lines through the ``file`` reader.
+(``time.process_time`` delta) and of idle polls; the PCI -> GPU mapping NVML gives; the
+collector as the agent runs it (``source: auto``, NVML on, one poll per second for
+``--steady-seconds``: CPU per poll, share of one core); and a self test that feeds the
+repository's recorded sample lines through the ``file`` reader.
 ``--inject-marker`` writes one harmless line (not an Xid look-alike) to /dev/kmsg to check that
 a new record is seen live (it must come back as a non-kernel record: userspace writes are not
 trusted as kernel lines). Exits 0 with an explanation when nothing is available. Needs only
@@ -195,6 +197,9 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=0.25)
     ap.add_argument("--json", type=Path, default=None, help="also write the result here")
     ap.add_argument("--inject-marker", action="store_true")
+    ap.add_argument(
+        "--steady-seconds", type=float, default=5.0, help="the agent-like run (1 poll/s)"
+    )
     args = ap.parse_args()
 
     out: dict[str, Any] = {
@@ -253,14 +258,37 @@ def main() -> int:
                     e["gpu"], e["gpu_uuid"] = ref["index"], ref["uuid"]
     out["sources"] = sources
     out["working_sources"] = [s["source"] for s in sources if s.get("ok")]
-    # what ``source: auto`` would pick here
+    # the collector as the agent runs it: ``source: auto``, NVML mapping on, from the end, one
+    # poll per second; CPU per poll and as a share of one core
     auto = KernelLogCollector(
-        KernelLogCollectorConfig(source="auto", use_nvml=False, paths=files),
-        EventFactory("probe", "probe-node"),
+        KernelLogCollectorConfig(source="auto", paths=files), EventFactory("probe", "probe-node")
     )
-    auto.poll(time.time_ns())
+    steady_cpu: list[float] = []
+    t_end = time.monotonic() + args.steady_seconds
+    w0, c0 = time.monotonic(), time.process_time()
+    while True:
+        c = time.process_time()
+        auto.poll(time.time_ns())
+        steady_cpu.append(time.process_time() - c)
+        if time.monotonic() >= t_end:
+            break
+        time.sleep(1.0)
+    wall, cpu_total = time.monotonic() - w0, time.process_time() - c0
     out["auto_source"] = auto.stats.source
     out["auto_source_errors"] = auto.stats.source_errors
+    out["auto_nvml_error"] = auto.nvml_error
+    out["auto_pci_map_size"] = len(auto.pci_map)
+    out["steady"] = {
+        "polls": len(steady_cpu),
+        "first_poll_cpu_ms (NVML mapping + open)": round(steady_cpu[0] * 1e3, 3),
+        "poll_cpu_ms_after_first": [round(x * 1e3, 4) for x in steady_cpu[1:]],
+        "pct_of_one_core_at_1s (after first)": round(
+            sum(steady_cpu[1:]) / max(len(steady_cpu) - 1, 1) * 100, 5
+        ),
+        "pct_of_one_core_whole_run (sleep included)": round(cpu_total / wall * 100, 4),
+        "records": auto.stats.records,
+        "events": auto.stats.events,
+    }
     auto.stop()
     try:
         out["selftest_recorded_lines"] = _selftest(args.interval)
