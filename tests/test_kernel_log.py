@@ -602,3 +602,48 @@ def test_sink_rows_carry_the_new_fields_and_old_documents_still_map(tmp_path: Pa
         del doc["payload"][key]
     old = dict(zip(spec.columns, fast_row(doc)[1], strict=True))
     assert (old["pci_bus_id"], old["source"], old["pattern"], old["sxid"]) == ("", "", "", None)
+
+
+def test_the_agent_runs_the_section_and_ships_gpu_events(tmp_path: Path) -> None:
+    """An agent configured with ``kernel_log:`` (file source) ships a new Xid line as a
+    ``gpu_event`` stamped with the GPU from the inventory and the job bound to that GPU."""
+    from rankscope.collectors.agent import Agent
+    from rankscope.collectors.base import JobBinding, JobRegistry
+    from tests.test_agent import MemoryTransport, StaticInventory, Tap, agent_config, wait_for
+
+    log = tmp_path / "kern.log"
+    log.write_text(f"{XID79}\n")  # history: not shipped
+    jobs = JobRegistry()
+    jobs.bind_gpu(3, JobBinding(job_id="job-7", rank=11))
+    cfg = agent_config(
+        tmp_path,
+        kernel_log={
+            "source": "file",
+            "paths": [str(log)],
+            "interval_s": 0.02,
+            "use_nvml": False,
+            "inventory": [{"pci_bus_id": "0000:3b:00.0", "index": 3}],
+        },
+    )
+    tap = Tap()
+    agent = Agent(
+        cfg,
+        inventory=StaticInventory(),
+        transport_factory=lambda c: MemoryTransport(),
+        event_factory=EventFactory("c1", "node001", jobs),
+        tap=tap,
+    )
+    try:
+        assert [c.name for c in agent.collectors] == ["kernel_log"]
+        agent.start()
+        time.sleep(0.1)  # a few polls: the file's existing content is history
+        with log.open("a") as f:
+            f.write(f"Dec  4 15:00:00 node001 kernel: [ 812.5] {XID79}\n")
+        wait_for(lambda: bool(tap.of("gpu_event")), what="the kernel-log gpu_event")
+    finally:
+        agent.stop(timeout_s=1.0)
+    (event,) = tap.of("gpu_event")
+    assert isinstance(event, GpuEventEvent)
+    assert (event.gpu, event.job_id, event.rank, event.payload.xid) == (3, "job-7", 11, 79)
+    assert event.payload.pci_bus_id == "0000:3b:00.0" and event.payload.source == "file"
+    assert not tap.agent("collector_error")
