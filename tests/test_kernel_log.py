@@ -667,3 +667,20 @@ def test_the_agent_runs_the_section_and_ships_gpu_events(tmp_path: Path) -> None
     assert (event.gpu, event.job_id, event.rank, event.payload.xid) == (3, "job-7", 11, 79)
     assert event.payload.pci_bus_id == "0000:3b:00.0" and event.payload.source == "file"
     assert not tap.agent("collector_error")
+
+
+def test_kmsg_record_time_is_boot_time_on_the_wall_clock(tmp_path: Path) -> None:
+    boot_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+    usec = boot_ns // 1000 - 5_000_000  # printed 5 s ago
+    (tmp_path / "kmsg").write_text(_kmsg(0, XID79, usec=usec))
+    collector = KernelLogCollector(_kmsg_config(tmp_path, from_start=True), _factory())
+    now = time.time_ns()
+    (event,) = collector.poll(now)
+    assert abs((now - event.ts) - 5_000_000_000) < 500_000_000
+    # a record stamped outside max_log_time_lag_s takes the read time
+    (tmp_path / "kmsg").write_text(_kmsg(0, XID79, usec=1))
+    late = KernelLogCollector(
+        _kmsg_config(tmp_path, from_start=True, max_log_time_lag_s=0), _factory()
+    )
+    (event,) = late.poll(now)
+    assert event.ts == now

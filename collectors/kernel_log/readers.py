@@ -134,6 +134,7 @@ class KmsgReader:
         if self._fd is None:
             return out
         self.stats.reads += 1
+        self._offset_ns = _boottime_offset_ns()  # per poll: NTP moves the wall clock
         budget = self.config.max_read_bytes
         left = self.config.max_records_per_poll
         while True:
