@@ -73,6 +73,18 @@ class GpuEvent(Payload):
     xid: int | None = Field(default=None, ge=0, le=UINT32_MAX)
     count: int = Field(default=1, ge=1, le=UINT32_MAX)
     message: LongText = ""
+    # Optional fields added for the kernel-log collector (issue 17); absent/defaults from NVML.
+    pci_bus_id: ShortText = Field(
+        default="", description="PCI address the kernel line names (dddd:bb:dd.f); '' if none."
+    )
+    source: ShortText = Field(
+        default="", description="'' = NVML; 'kmsg', 'journal' or 'file' = the kernel log."
+    )
+    pattern: ShortText = Field(
+        default="",
+        description="Kernel-log line shape: xid, sxid, fallen_off_bus, gsp_timeout, aer.",
+    )
+    sxid: int | None = Field(default=None, ge=0, le=UINT32_MAX, description="NVSwitch SXid code.")
 
 
 class Heartbeat(Payload):

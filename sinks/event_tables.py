@@ -152,7 +152,20 @@ EVENT_TABLES: dict[type[Envelope], EventTableSpec] = {
             ),
         ),
         EventTableSpec(
-            "gpu_events", GpuEventEvent, ("gpu_uuid", "event_type", "xid", "count", "message")
+            "gpu_events",
+            GpuEventEvent,
+            (
+                "gpu_uuid",
+                "event_type",
+                "xid",
+                "count",
+                "message",
+                # optional since migration 0010 (kernel-log collector): older documents lack them
+                Column("pci_bus_id", missing=""),
+                Column("source", missing=""),
+                Column("pattern", missing=""),
+                Column("sxid", missing=None),
+            ),
         ),
         EventTableSpec(
             "heartbeats", HeartbeatEvent, ("agent", "agent_version", "seq", "interval_s")

@@ -89,6 +89,7 @@ class AgentConfig(BaseModel):
     gpu: dict[str, Any] | None = None
     fabric: dict[str, Any] | None = None
     nccl_log: dict[str, Any] | None = None
+    kernel_log: dict[str, Any] | None = None
     slurm: dict[str, Any] | None = None
     kubernetes: dict[str, Any] | None = None
 

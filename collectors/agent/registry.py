@@ -28,6 +28,11 @@ COLLECTORS: dict[str, tuple[str, str, str]] = {
         "NcclLogCollectorConfig",
         "create_nccl_log_collector",
     ),
+    "kernel_log": (
+        "rankscope.collectors.kernel_log",
+        "KernelLogCollectorConfig",
+        "create_kernel_log_collector",
+    ),
     "slurm": ("rankscope.collectors.slurm", "SlurmCollectorConfig", "create_slurm_collector"),
     "kubernetes": (
         "rankscope.collectors.kubernetes",
