@@ -684,3 +684,21 @@ def test_kmsg_record_time_is_boot_time_on_the_wall_clock(tmp_path: Path) -> None
     )
     (event,) = late.poll(now)
     assert event.ts == now
+
+
+def test_a_real_xid_from_an_h200_becomes_one_event_with_its_gpu(tmp_path: Path) -> None:
+    """Held out: the kernel's own records from the device check (bench/device/run_probes.sh on
+    an H200, driver 580.159.04), where xid_fault.py made the driver log a real XID 31. Written
+    after the patterns, never used to tune them. The GPU's UUID comes from the driver's own
+    ``NVRM: GPU at PCI:...`` line, NVML off."""
+    run = Path(__file__).parents[1] / "bench/results/device/h200_2026-12-04_run1/kmsg_after.json"
+    records = json.loads(run.read_text())["matched"]
+    (tmp_path / "kmsg").write_text("".join(r + "\n" for r in records))
+    collector = KernelLogCollector(_kmsg_config(tmp_path, from_start=True), _factory())
+    events = [e for e in collector.poll(1_700_000_000_000_000_000) if isinstance(e, GpuEventEvent)]
+    assert len(events) == 1
+    p = events[0].payload
+    assert (p.event_type, p.xid, p.pattern, p.source) == ("xid", 31, "xid", "kmsg")
+    assert p.pci_bus_id == "0000:00:06.0"
+    assert p.gpu_uuid == "GPU-cf11596a-c660-02de-1f9b-53a2a374c313"
+    assert "MMU Fault" in p.message
