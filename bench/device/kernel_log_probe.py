@@ -264,12 +264,14 @@ def main() -> int:
         KernelLogCollectorConfig(source="auto", paths=files), EventFactory("probe", "probe-node")
     )
     steady_cpu: list[float] = []
+    live: list[dict[str, Any]] = []  # what the agent would have shipped (an XID during the run)
     t_end = time.monotonic() + args.steady_seconds
     w0, c0 = time.monotonic(), time.process_time()
     while True:
         c = time.process_time()
-        auto.poll(time.time_ns())
+        polled = auto.poll(time.time_ns())
         steady_cpu.append(time.process_time() - c)
+        live.extend({"seen_ns": time.time_ns(), **_brief(e)} for e in polled[:40])
         if time.monotonic() >= t_end:
             break
         time.sleep(1.0)
@@ -288,6 +290,7 @@ def main() -> int:
         "pct_of_one_core_whole_run (sleep included)": round(cpu_total / wall * 100, 4),
         "records": auto.stats.records,
         "events": auto.stats.events,
+        "events_brief": live[:40],
     }
     auto.stop()
     try:

@@ -62,7 +62,8 @@ kmsg_lines "$OUT/kmsg_before.json"
 
 KL=""
 if [ -f bench/device/kernel_log_probe.py ]; then
-  timeout 60 python3 bench/device/kernel_log_probe.py --seconds 25 --json "$OUT/kernel_log_probe.json" \
+  timeout 90 python3 bench/device/kernel_log_probe.py --seconds 2 --steady-seconds 25 \
+    --json "$OUT/kernel_log_probe.json" \
     > "$OUT/kernel_log_probe.stdout" 2>&1 &
   KL=$!
 fi
@@ -86,6 +87,15 @@ try:
         print("  nvml event:", e)
 except Exception as e:
     print("nvml_probe.json:", e)
+try:
+    k = json.load(open(f"{o}/kernel_log_probe.json"))
+    st = k.get("steady", {})
+    print("kernel_log:", k.get("working_sources"), "auto", k.get("auto_source"),
+          "pct of a core", st.get("pct_of_one_core_at_1s (after first)"))
+    for e in st.get("events_brief", []):
+        print("  kernel_log live event:", e)
+except Exception as e:
+    print("kernel_log_probe.json:", e)
 a = json.load(open(f"{o}/kmsg_after.json"))
 for line in a["matched"][-20:]:
     print("  kmsg:", line[:300])
