@@ -158,6 +158,13 @@ class StreamsConfig(BaseModel):
     analysis_retention_s: float = Field(
         default=3600.0, gt=0, description="Forget a job's analysis state after this much quiet."
     )
+    max_ranks_per_job: int = Field(
+        default=131_072,
+        gt=0,
+        description="Ranks of one job the worker windows and analyzes; events of further ranks "
+        "are stored but not analyzed (a warning per job): one job id cannot claim unbounded state.",
+    )
+    max_nodes_per_job: int = Field(default=32_768, gt=0, description="Nodes of one job, likewise.")
     analysis_admit_events: int = Field(
         default=8,
         ge=1,

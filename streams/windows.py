@@ -260,3 +260,49 @@ class WindowAggregator:
         forgotten for quiet had all its windows emitted."""
         job = self._jobs.get(job_id)
         return job.closed_until if job else math.inf
+
+
+class JobShapeGuard:
+    """Caps the distinct ranks and nodes one job may bring into the worker's state.
+
+    Events past a cap are left out of windows and analysis (the sink still stores them), and
+    the job is reported once. Which ranks are admitted is the first ones in log order, so the
+    same log is always treated the same way."""
+
+    def __init__(self, max_ranks: int, max_nodes: int) -> None:
+        self.max_ranks = max_ranks
+        self.max_nodes = max_nodes
+        self._ranks: dict[str, set[int]] = {}
+        self._nodes: dict[str, set[str]] = {}
+        #: job -> events left out (what the worker logs once per job)
+        self.over: dict[str, int] = {}
+
+    def admit(self, ev: Event) -> bool:
+        job = ev.job_id
+        if not job:
+            return True
+        ok = _within(self._ranks, job, ev.rank, self.max_ranks) and _within(
+            self._nodes, job, ev.node, self.max_nodes
+        )
+        if not ok:
+            self.over[job] = self.over.get(job, 0) + 1
+        return ok
+
+    def forget(self, job_id: str) -> None:
+        self._ranks.pop(job_id, None)
+        self._nodes.pop(job_id, None)
+        self.over.pop(job_id, None)
+
+
+def _within(seen: dict[str, set[Any]], job: str, value: Any, cap: int) -> bool:
+    if value is None:
+        return True
+    values = seen.get(job)
+    if values is None:
+        values = seen[job] = set()
+    if value in values:
+        return True
+    if len(values) >= cap:
+        return False
+    values.add(value)
+    return True

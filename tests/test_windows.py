@@ -159,3 +159,19 @@ def test_quiet_jobs_with_nothing_open_are_forgotten_after_the_retention() -> Non
     assert a.closed_until("done") == -1 and a.settled_until("done") == float("inf")
     assert len(a.close_ready(3_700)) == 1
     assert a.evict_idle(7_400, retention_s=3600) == ["open"] and a.jobs() == 0
+
+
+def test_a_job_cannot_bring_more_ranks_or_nodes_than_its_caps() -> None:
+    from rankscope.streams.windows import JobShapeGuard
+
+    guard = JobShapeGuard(max_ranks=4, max_nodes=2)
+    admitted = [guard.admit(span(r, T0, job="huge")) for r in range(8)]
+    # span() puts ranks 0-7 on node000: the rank cap is what refuses
+    assert admitted == [True] * 4 + [False] * 4
+    assert guard.admit(span(2, T0 + S, job="huge"))  # a known rank goes on
+    assert guard.over == {"huge": 4}
+    nodes = [guard.admit(span(r * 8, T0, job="wide")) for r in range(3)]  # node000..node002
+    assert nodes == [True, True, False]
+    assert guard.admit(span(0, T0, job="other"))  # caps are per job
+    guard.forget("huge")
+    assert guard.admit(span(7, T0, job="huge")) and "huge" not in guard.over

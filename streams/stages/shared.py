@@ -33,6 +33,7 @@ class StageCounters:
     snapshots: int = 0
     snapshots_restored: int = 0
     duplicates_dropped: int = 0
+    events_over_job_caps: int = 0
     started_wall: float = field(default_factory=time.time)
 
     def summary(self) -> str:

@@ -11,6 +11,7 @@ analysis' flush.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -26,7 +27,9 @@ from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
-from rankscope.streams.windows import WindowAggregator, corrected_ts
+from rankscope.streams.windows import JobShapeGuard, WindowAggregator, corrected_ts
+
+log = logging.getLogger("rankscope.streams")
 
 #: a record held unacknowledged: (job id, end of the last window it touched or -1, faust event,
 #: offset)
@@ -54,6 +57,7 @@ class WindowsStage:
         self.recovery = recovery
         self.snapshots = snapshots
         self.agg = WindowAggregator(config.windows)
+        self.shape = JobShapeGuard(config.max_ranks_per_job, config.max_nodes_per_job)
         # partition -> (job_id, last window end the record touched or -1, faust event, offset)
         # of the records not yet acknowledged, in offset order
         self.pending: dict[Any, deque[Held]] = {}
@@ -74,6 +78,7 @@ class WindowsStage:
         gone = {j for j, tp in self.partition_of.items() if tp in partitions}
         for job_id in gone:
             self.agg.forget(job_id)
+            self.shape.forget(job_id)
             del self.partition_of[job_id]
         for tp in partitions:
             self.pending.pop(tp, None)
@@ -140,6 +145,7 @@ class WindowsStage:
         """Forget jobs quiet for the analysis retention (bounded state under new job ids)."""
         for job_id in self.agg.evict_idle(now, self.config.analysis_retention_s):
             self.partition_of.pop(job_id, None)
+            self.shape.forget(job_id)
 
     def register(self, app: faust.App) -> None:
         topics = self.topics
@@ -181,6 +187,15 @@ class WindowsStage:
                 progress: list[StepProgress] = []
                 for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
                     job_id = ev.job_id
+                    if not self.shape.admit(ev):
+                        counters.events_over_job_caps += 1
+                        if self.shape.over[job_id] == 1:
+                            log.warning(
+                                "job %s has more than %d ranks or %d nodes: events of further "
+                                "ranks and nodes are stored but not analyzed",
+                                job_id[:256], self.shape.max_ranks, self.shape.max_nodes,
+                            )  # fmt: skip
+                        continue
                     window_jobs.add(job_id)
                     note = recovery.observe(ev, now)
                     if note is not None:
