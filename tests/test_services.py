@@ -28,6 +28,7 @@ from rankscope.services import (
     local_services,
 )
 from rankscope.services._common import pid_alive, pids_with, port_open
+from rankscope.services.kafka_cluster import LocalKafkaCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -161,6 +162,37 @@ def test_kafka_stop_and_restart_on_same_data(tmp_path: Path, kafka_libs: Path) -
     finally:
         kafka.stop()
     assert not kafka.running
+
+
+def test_a_single_broker_is_its_own_quorum_with_single_replica_defaults(tmp_path: Path) -> None:
+    """What the session broker runs: node 1, voting alone, one replica of everything."""
+    config = LocalKafka(tmp_path / "kafka", port=19092, controller_port=19093)._config()
+    assert config["node.id"] == "1"
+    assert config["controller.quorum.voters"] == "1@127.0.0.1:19093"
+    assert config["offsets.topic.replication.factor"] == "1"
+    assert config["transaction.state.log.replication.factor"] == "1"
+    assert config["transaction.state.log.min.isr"] == "1"
+    assert "default.replication.factor" not in config
+    assert "min.insync.replicas" not in config
+
+
+def test_cluster_nodes_share_one_id_one_quorum_and_replicate_everything(tmp_path: Path) -> None:
+    cluster = LocalKafkaCluster(tmp_path / "cluster", nodes=3)
+    configs = [node._config() for node in cluster.nodes]
+    assert [c["node.id"] for c in configs] == ["1", "2", "3"]
+    assert {node.cluster_id for node in cluster.nodes} == {cluster.cluster_id}
+    voters = {c["controller.quorum.voters"] for c in configs}
+    assert voters == {",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in cluster.nodes)}
+    ports = [p for n in cluster.nodes for p in (n.port, n.controller_port)]
+    assert len(set(ports)) == 6
+    assert cluster.bootstrap.split(",") == [n.bootstrap for n in cluster.nodes]
+    for c in configs:
+        assert c["default.replication.factor"] == "3"
+        assert c["min.insync.replicas"] == "2"
+        assert c["offsets.topic.replication.factor"] == "3"
+        assert c["transaction.state.log.replication.factor"] == "3"
+        assert c["transaction.state.log.min.isr"] == "2"
+    assert len({n.data_dir for n in cluster.nodes}) == 3
 
 
 def test_ensure_kafka_jars_redoes_half_finished_resolve(

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -34,6 +35,7 @@ from rankscope.services._common import (
     default_cache_dir,
     file_lock,
     free_port,
+    pid_alive,
     pid_matches,
     port_open,
     tail,
@@ -230,7 +232,14 @@ def kafka_healthy(
 
 
 class LocalKafka:
-    """One KRaft broker+controller on 127.0.0.1, in its own session so it can outlive us."""
+    """One KRaft broker+controller on 127.0.0.1, in its own session so it can outlive us.
+
+    Alone by default (node 1, its own quorum, a fresh cluster id). A node of a multi-node
+    cluster (``kafka_cluster.LocalKafkaCluster``) is given its ``node_id``, the cluster's shared
+    ``cluster_id`` and the ``quorum_voters`` of every controller; such a node is launched with
+    :meth:`launch` and awaited with :meth:`wait_ready` separately, since no node answers before
+    a majority of the quorum is up.
+    """
 
     def __init__(
         self,
@@ -244,6 +253,9 @@ class LocalKafka:
         extra_config: Mapping[str, str] | None = None,
         progress: Progress | None = None,
         secure: SecureListener | None = None,
+        node_id: int = NODE_ID,
+        cluster_id: str | None = None,
+        quorum_voters: str | None = None,
     ) -> None:
         self._owns_dir = data_dir is None
         self.data_dir = (
@@ -260,6 +272,11 @@ class LocalKafka:
         #: a SASL_SSL client listener instead of PLAINTEXT (kafka_secure.py)
         self.secure = secure
         self.progress = progress
+        self.node_id = node_id
+        #: KRaft cluster id written when the storage is formatted (None: a fresh one)
+        self.cluster_id = cluster_id
+        #: ``id@host:port,...`` of every controller (None: this node alone)
+        self.quorum_voters = quorum_voters
         self.pid: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -313,6 +330,14 @@ class LocalKafka:
         """Write the config, format storage on first use, launch, and wait for readiness."""
         if self.running:
             return self
+        self.launch()
+        self.wait_ready(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Write the config, format storage on first use and spawn the broker; no waiting."""
+        if self.running:
+            return
         libs = self.libs_dir or ensure_kafka_jars(version=self.version, progress=self.progress)
         self.libs_dir = libs
         java = _java()
@@ -346,8 +371,6 @@ class LocalKafka:
                 start_new_session=True,
             )
         self.pid = self._proc.pid
-        self._wait_ready(timeout_s)
-        return self
 
     def stop(self, timeout_s: float = 20) -> None:
         """SIGTERM (controlled shutdown), then SIGKILL after timeout_s."""
@@ -357,6 +380,19 @@ class LocalKafka:
         self.pid = None
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL, what a crashed machine looks like: no controlled shutdown, data dir kept."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+        elif self.pid is not None and self.running:  # attached: not our child to wait for
+            os.kill(self.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while pid_alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        self._proc = None
+        self.pid = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -371,8 +407,12 @@ class LocalKafka:
 
     # -- internals ---------------------------------------------------------------------------
     def _config(self) -> dict[str, str]:
-        config = single_node_config(str(self.log_dir), f"{HOST}:{self.controller_port}")
+        config = single_node_config(
+            str(self.log_dir), f"{HOST}:{self.controller_port}", node_id=self.node_id
+        )
         config |= {
+            "controller.quorum.voters": self.quorum_voters
+            or f"{self.node_id}@{HOST}:{self.controller_port}",
             "listeners": f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{HOST}:{self.port}",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -399,7 +439,7 @@ class LocalKafka:
             "kafka.tools.StorageTool",
             "format",
             "-t",
-            new_cluster_id(),
+            self.cluster_id or new_cluster_id(),
             "-c",
             str(self.server_properties),
             *(self.secure.format_args() if self.secure is not None else []),
@@ -420,7 +460,8 @@ class LocalKafka:
             f"--- {self.stdout_log} ---\n{tail(self.stdout_log, 20)}"
         )
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float = 60) -> None:
+        """Until this node is listed as a broker by its own listener (stopped after timeout_s)."""
         deadline = time.monotonic() + timeout_s
         admin: AdminClient | None = None
         while True:
@@ -436,7 +477,7 @@ class LocalKafka:
             if admin is not None:
                 remaining = max(0.5, min(2.0, deadline - time.monotonic()))
                 with contextlib.suppress(KafkaException):
-                    if NODE_ID in admin.list_topics(timeout=remaining).brokers:
+                    if self.node_id in admin.list_topics(timeout=remaining).brokers:
                         return
             if time.monotonic() >= deadline:
                 logs = self._logs()
