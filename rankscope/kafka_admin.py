@@ -226,7 +226,10 @@ def group_stable(
         admin = _GROUP_ADMINS[key] = AdminClient(conf)
     future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
     try:
-        desc = future.result(timeout=timeout_s)
+        # Wait past the request's own timeout, so librdkafka always finishes the request: a
+        # future left behind while its request is in flight can abort the whole process when
+        # the request later times out (librdkafka #4605, `eonce->refcnt > 0`).
+        desc = future.result(timeout=timeout_s + 30)
     except (KafkaException, TimeoutError):  # a busy broker: not known to be stable yet
         return False
     return bool(desc.state == ConsumerGroupState.STABLE and len(desc.members) >= max(1, members))
