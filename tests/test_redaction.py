@@ -304,3 +304,38 @@ def test_a_missing_key_file_is_created_private_and_reused(tmp_path: Path) -> Non
     assert key is not None and len(key) == 64
     assert path.stat().st_mode & 0o777 == 0o600
     assert load_key("RANKSCOPE_TEST_NO_SUCH_VAR", path) == key
+
+
+# -- issue 16: the two bugs ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "dump",
+    [
+        "HF_TOKEN=\nWANDB_API_KEY_SECONDNAME=abc",
+        "DB_PASSWORD=\nOTHER_VARIABLE=x",
+        "--token\nSOMETHINGLONGERTHAN16CHARS",
+        "--password\nnext_line_is_not_a_password",
+        "aws_secret_access_key =\nAKIAIOSFODNN7EXAMPLEAKIAIOSFODNN7EXAMPLE",
+        "Authorization: Bearer\nnext-line-is-a-log-line-not-a-token",
+    ],
+)
+def test_an_empty_assignment_does_not_swallow_the_next_line(
+    redactor: PresidioRedactor, dump: str
+) -> None:
+    """In an environment dump ``A_KEY=\\nB_KEY=...`` the next variable's name stays readable."""
+    assert redactor.redact(dump).text == dump
+
+
+def test_a_value_on_the_same_line_is_still_masked(redactor: PresidioRedactor) -> None:
+    out = redactor.redact("HF_TOKEN=\nDB_PASSWORD=s3cr3t-Pa55w0rd\n").text
+    assert out == "HF_TOKEN=\nDB_PASSWORD=[PASSWORD]\n"
+
+
+@pytest.mark.parametrize("gid", ["::ffff:256.0.0.1", "::ffff:10.0.3.300", "::ffff:999.1.1.1"])
+def test_an_invalid_ipv4_mapped_address_is_not_an_ip(redactor: PresidioRedactor, gid: str) -> None:
+    text = f"NET/IB : remoteGids {gid} mismatch"
+    assert redactor.redact(text).text == text
+
+
+def test_a_valid_ipv4_mapped_address_is_still_hashed(redactor: PresidioRedactor) -> None:
+    out = redactor.redact("remoteGids::ffff:10.0.3.7 and ::ffff:255.255.255.254").text
+    assert "10.0.3.7" not in out and "255.255.255.254" not in out
