@@ -125,7 +125,9 @@ class RuleRecognizer(EntityRecognizer):
                 score = pattern.score
                 near_miss = not _VALUE_CHECKS.get(spec.validator, _any_value)(text[start:end])
                 if near_miss:
-                    score = 0.0  # below every min_score: reported as a near-miss, never redacted
+                    # below every min_score (Presidio drops a score of 0): a near-miss, reported
+                    # and never redacted
+                    score = 0.01
                 if self._context is not None and self._context.search(
                     text, max(0, start - spec.context_chars), start, timeout=self.timeout_s
                 ):

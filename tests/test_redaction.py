@@ -339,3 +339,114 @@ def test_an_invalid_ipv4_mapped_address_is_not_an_ip(redactor: PresidioRedactor,
 def test_a_valid_ipv4_mapped_address_is_still_hashed(redactor: PresidioRedactor) -> None:
     out = redactor.redact("remoteGids::ffff:10.0.3.7 and ::ffff:255.255.255.254").text
     assert "10.0.3.7" not in out and "255.255.255.254" not in out
+
+
+# -- issue 16: placeholders are near-misses; hex and UUID keys after a key word are secrets ----
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "api_key: <token>",
+        "API_KEY=${API_KEY}",
+        "STRIPE_SECRET_KEY=$STRIPE_SECRET_KEY",
+        "password: changeme",
+        "OPENAI_API_KEY=your-api-key-here",
+        "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "HEROKU_KEY=aaaaaaaaaaaaaaaaaaaaaaaa",
+        "sk_live_000000000000000000000000",
+        "token_type: bearer",
+        "key: throughput.tokens_per_s",
+        '"api_key": "None"',
+    ],
+)
+def test_placeholders_and_low_entropy_values_are_left_alone(
+    redactor: PresidioRedactor, text: str
+) -> None:
+    assert redactor.redact(text).text == text
+
+
+def test_a_placeholder_is_counted_as_a_near_miss_in_the_audit() -> None:
+    stage = RedactionStage(RULES, KEY)
+    ev = _comm("launch failed: GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
+    out = stage.process([ev], "t.raw.comm:0:1")
+    assert out.events[0] == ev  # unchanged
+    near = [(a.entity, a.count) for a in out.audit if a.action == "near_miss"]
+    # one value, one near-miss (which of the rules that declined it is named may vary)
+    assert near == [("API_TOKEN", 1)]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (
+            "token: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+        ),
+        ("key=3fa85f64-5717-4562-b3fc-2c963f66afa6", "3fa85f64-5717-4562-b3fc-2c963f66afa6"),
+        (
+            "HEROKU_KEY: 01234abc-5717-4562-b3fc-2c963f66afa6",
+            "01234abc-5717-4562-b3fc-2c963f66afa6",
+        ),
+        ("DD_API_KEY=a9b8c7d6e5f40312a9b8c7d6e5f40312", "a9b8c7d6e5f40312a9b8c7d6e5f40312"),
+    ],
+)
+def test_hex_and_uuid_keys_after_a_key_word_are_not_let_back_in(
+    redactor: PresidioRedactor, text: str, secret: str
+) -> None:
+    assert secret not in redactor.redact(text).text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GPU-5e7a3d2c-1b4f-4a8e-9c6d-2f1e0a9b8c7d fell off the bus",
+        "CUDA_VISIBLE_DEVICES=MIG-5e7a3d2c-1b4f-4a8e-9c6d-2f1e0a9b8c7d",
+        "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "ncclUniqueId 8c 1f 02 aa 3e 91 07 bd 5c 66 12 0f a1 b2 c3 d4",
+        "NCCL INFO comm 0x55d4c3a1b2c0 rank 3 nranks 64 commId 0x9a8b7c6d5e4f3a2b - Init COMPLETE",
+        "NCCL version 2.21.5+cuda12.4 driver 550.54.15",
+        "step=120000 loss=1.2345 tokens/s=183422",
+        "run_id=3fa85f64-5717-4562-b3fc-2c963f66afa6 started",
+    ],
+)
+def test_gpu_ids_versions_and_counters_stay_untouched(
+    redactor: PresidioRedactor, text: str
+) -> None:
+    assert redactor.redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("curl -u alice@example.com:Pa55w0rd!x https://x.internal", "Pa55w0rd!x"),
+        ("Authorization: Basic YWxpY2U6cGFzc3dvcmQxMjM=", "YWxpY2U6cGFzc3dvcmQxMjM="),
+        (
+            "Authorization: Token 4f3a9c1b2e8d7f6a5b4c3d2e1f0a9b8c",
+            "4f3a9c1b2e8d7f6a5b4c3d2e1f0a9b8c",
+        ),
+        ("X-API-Key: Qm9vZ1Jx8sLkPzT3vWn4", "Qm9vZ1Jx8sLkPzT3vWn4"),
+        (
+            "SONAR_LOGIN ?= 7d1f0c9e8b2a4d6f1e3c5b7a9d0e2f4a6c8b1d3e",
+            "7d1f0c9e8b2a4d6f1e3c5b7a9d0e2f4a6c8b1d3e",
+        ),
+        ('{"db_password": "correct horse battery"}', "correct horse battery"),
+        (
+            "AKIAQ7LMX3T2PZ5RWN4Y:bYNedmw1lebqrcn3xHHRsXBIAjEut7RRRri3UY6D",
+            "bYNedmw1lebqrcn3xHHRsXBIAjEut7RRRri3UY6D",
+        ),
+        (
+            "sendgrid: 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",
+            "SG.aB3dE5fG7hJ9kL1mN3pQ5r",
+        ),
+        (
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF8x2kQBCAC7r9Z2xYq\n"
+            "-----END PGP PRIVATE KEY BLOCK-----",
+            "lQOYBF8x2kQBCAC7r9Z2xYq",
+        ),
+    ],
+)
+def test_assignment_and_http_auth_forms_lose_their_secret(
+    redactor: PresidioRedactor, text: str, secret: str
+) -> None:
+    assert secret not in redactor.redact(text).text
