@@ -52,7 +52,9 @@ _DOC_EXAMPLES = frozenset(
         "AIzaSyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe",
     }
 )
-_SEQUENCES = re.compile(r"0123456|123456789|abcdefgh|ABCDEFGH|qwertyui|(.)\1{5,}|(..)\2{4,}")
+_SEQUENCES = re.compile(
+    r"0123456|123456789|abcdefgh|ABCDEFGH|qwertyui|([A-Za-z0-9])\1{5,}|([A-Za-z0-9]{2})\2{4,}"
+)
 
 
 def shannon_entropy(value: str) -> float:

@@ -431,6 +431,9 @@ def test_gpu_ids_versions_and_counters_stay_untouched(
             "7d1f0c9e8b2a4d6f1e3c5b7a9d0e2f4a6c8b1d3e",
         ),
         ('{"db_password": "correct horse battery"}', "correct horse battery"),
+        ("docker login -u ci -p Zr8vQ2mN5xK1 registry.internal", "Zr8vQ2mN5xK1"),
+        ('sshpass -p "S3cr3t!pw" ssh node1', "S3cr3t!pw"),
+        ("aws_session_token = IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ", "IQoJb3J"),
         (
             "AKIAQ7LMX3T2PZ5RWN4Y:bYNedmw1lebqrcn3xHHRsXBIAjEut7RRRri3UY6D",
             "bYNedmw1lebqrcn3xHHRsXBIAjEut7RRRri3UY6D",
