@@ -95,6 +95,9 @@ def is_secret_value(value: str, min_entropy: float = 3.0) -> bool:
         or " " in v
         # snake_case or dotted names (throughput.tokens_per_s)
         or (len(words) > 1 and all(w.isalpha() and w.islower() for w in words if w))
+        # readable compound names (model-7b-v2-shard-00003-of-00008): every part a word, a
+        # number or a short tag
+        or (len(words) >= 3 and all(_readable_part(w) for w in words))
         # short values must mix letters and digits to be taken on a key word alone
         or (len(v) < 20 and not (any(c.isdigit() for c in v) and any(c.isalpha() for c in v)))
     )
@@ -102,6 +105,10 @@ def is_secret_value(value: str, min_entropy: float = 3.0) -> bool:
         return False
     threshold = min_entropy if len(v) >= 16 else min_entropy - 0.5
     return shannon_entropy(v) >= threshold
+
+
+def _readable_part(part: str) -> bool:
+    return len(part) <= 3 or part.isdigit() or (part.isalpha() and part.islower())
 
 
 def is_password_value(value: str) -> bool:

@@ -358,6 +358,11 @@ def test_a_valid_ipv4_mapped_address_is_still_hashed(redactor: PresidioRedactor)
         "token_type: bearer",
         "key: throughput.tokens_per_s",
         '"api_key": "None"',
+        "cache_key=model-7b-v2-shard-00003-of-00008",
+        "dataset_key: c4-en-train-00042-of-01024",
+        "idempotency_key: job-8123-attempt-2",
+        "secret_name: hf-token-prod",
+        "token_budget: 1048576",
     ],
 )
 def test_placeholders_and_low_entropy_values_are_left_alone(
