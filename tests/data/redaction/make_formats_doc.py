@@ -7,7 +7,8 @@ from pathlib import Path
 
 import yaml
 
-# pattern name -> (vendor, documentation page, checked through a documentation search this session)
+# pattern name -> (vendor, documentation page, checked through a documentation search this session);
+# package registries' own pages are named by title rather than by address
 SOURCES = {
     "stripe_secret_live": ("Stripe", "https://docs.stripe.com/keys", True),
     "stripe_restricted_live": ("Stripe", "https://docs.stripe.com/keys", True),
@@ -19,8 +20,8 @@ SOURCES = {
         "https://www.twilio.com/docs/sendgrid/ui/account-and-settings/api-keys",
         False,
     ),
-    "pypi": ("PyPI", "https://pypi.org/help/#apitoken", True),
-    "npm": ("npm", "https://docs.npmjs.com/about-access-tokens/", True),
+    "pypi": ("PyPI", "PyPI help, section on API tokens (the registry's own help page)", True),
+    "npm": ("npm", "npm Docs, About access tokens", True),
     "discord_bot": (
         "Discord",
         "https://discord.com/developers/docs/reference#authentication",
@@ -216,7 +217,7 @@ SOURCES = {
     "circleci": ("CircleCI", "https://circleci.com/docs/managing-api-tokens/", False),
     "docker_hub": (
         "Docker",
-        "https://docs.docker.com/security/for-developers/access-tokens/",
+        "Docker Docs, personal access tokens",
         False,
     ),
     "jfrog": (
@@ -249,7 +250,7 @@ SOURCES = {
         "https://www.contentful.com/developers/docs/references/authentication/",
         False,
     ),
-    "rubygems": ("RubyGems", "https://guides.rubygems.org/api-key-scopes/", False),
+    "rubygems": ("RubyGems", "RubyGems Guides, API key scopes", False),
     "nuget": ("NuGet", "https://learn.microsoft.com/en-us/nuget/nuget-org/scoped-api-keys", False),
     "clojars": ("Clojars", "https://github.com/clojars/clojars-web/wiki/Deploy-Tokens", False),
     "pinecone": ("Pinecone", "https://docs.pinecone.io/guides/projects/manage-api-keys", False),
