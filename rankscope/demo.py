@@ -62,7 +62,8 @@ BAD_RECORDS: list[tuple[str, bytes]] = [
 #: redaction stage must remove each before any table or derived topic (the summary checks).
 DEMO_SECRETS = {
     "hf_token": "hf_DemoOnlyNotARealTokenQwErTyUiOp12",
-    "wandb_key": "0123456789abcdef0123456789abcdef01234567",
+    # random-looking: "0123456789abcdef..." reads as a placeholder and is left alone (issue 16)
+    "wandb_key": "7f3a9c2e1b8d4f6a0c5e9b2d7a1f4c8e3b6d9a20",
     "db_password": "Demo-Passw0rd!",
     "user": "alice",
     "email": "alice.demo@example.com",

@@ -31,6 +31,12 @@ from presidio_anonymizer.entities import RecognizerResult as AnonymizerResult
 from regex._main import Pattern
 
 from rankscope.redaction.keys import hash_token
+from rankscope.redaction.placeholders import (
+    is_generated_value,
+    is_password_value,
+    is_placeholder,
+    is_secret_value,
+)
 from rankscope.redaction.rules import RecognizerSpec, RuleSet
 
 log = logging.getLogger("rankscope.redaction")
@@ -60,6 +66,8 @@ class Redacted:
 
     text: str
     findings: tuple[tuple[str, str, str], ...]  # (entity, rule, action) per finding
+    #: (entity, rule) per value a rule matched and then declined (a placeholder, low entropy)
+    near_misses: tuple[tuple[str, str], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -115,6 +123,11 @@ class RuleRecognizer(EntityRecognizer):
                 if spec.validator == "luhn" and not _luhn(text[start:end]):
                     continue
                 score = pattern.score
+                near_miss = not _VALUE_CHECKS.get(spec.validator, _any_value)(text[start:end])
+                if near_miss:
+                    # below every min_score (Presidio drops a score of 0): a near-miss, reported
+                    # and never redacted
+                    score = 0.01
                 if self._context is not None and self._context.search(
                     text, max(0, start - spec.context_chars), start, timeout=self.timeout_s
                 ):
@@ -135,10 +148,27 @@ class RuleRecognizer(EntityRecognizer):
                         recognition_metadata={
                             RecognizerResult.RECOGNIZER_NAME_KEY: spec.name,
                             RecognizerResult.RECOGNIZER_IDENTIFIER_KEY: self.id,
+                            NEAR_MISS_KEY: near_miss,
                         },
                     )
                 )
         return results
+
+
+NEAR_MISS_KEY = "near_miss"
+
+
+def _any_value(value: str) -> bool:
+    return True
+
+
+#: validators that turn a match into a near-miss (a placeholder, a low-entropy value)
+_VALUE_CHECKS: dict[str, Callable[[str], bool]] = {
+    "placeholder": lambda v: not is_placeholder(v),
+    "secret_value": is_secret_value,
+    "password_value": is_password_value,
+    "generated_value": is_generated_value,
+}
 
 
 def _compile_any(patterns: list[str]) -> re.Pattern[str] | Pattern[str]:
@@ -302,6 +332,15 @@ class PresidioRedactor:
         entities: list[str] | None = None,
     ) -> list[Finding]:
         """Plain Presidio: every recognizer (or those of ``entities``), thresholds, allow-lists."""
+        return self.analyze_with_near_misses(text, nlp_artifacts, entities)[0]
+
+    def analyze_with_near_misses(
+        self,
+        text: str,
+        nlp_artifacts: NlpArtifacts | None = None,
+        entities: list[str] | None = None,
+    ) -> tuple[list[Finding], list[tuple[str, str]]]:
+        """``analyze``, and the (entity, rule) of each value a rule declined (a near-miss)."""
         results = self.analyzer.analyze(
             text,
             language=self.language,
@@ -309,7 +348,18 @@ class PresidioRedactor:
             score_threshold=0.0,
             nlp_artifacts=nlp_artifacts,
         )
-        return self._findings(text, results)
+        near: list[tuple[str, str]] = []
+        kept: list[RecognizerResult] = []
+        for r in results:
+            meta = r.recognition_metadata or {}
+            if meta.get(NEAR_MISS_KEY):
+                near.append((r.entity_type, str(meta.get(RecognizerResult.RECOGNIZER_NAME_KEY))))
+            else:
+                kept.append(r)
+        findings = self._findings(text, kept)
+        if near and findings:  # a declined value inside a finding is part of that finding
+            near = [n for n in near if not any(f.entity == n[0] for f in findings)]
+        return findings, near
 
     def _findings(self, text: str, results: Iterable[RecognizerResult]) -> list[Finding]:
         kept = [r for r in results if r.score >= self._min_score.get(r.entity_type, 1.1)]
@@ -380,7 +430,7 @@ class PresidioRedactor:
         self.analyzed += 1
         started = time.perf_counter()
         try:
-            findings = self.analyze(text, nlp_artifacts, candidates)
+            findings, near = self.analyze_with_near_misses(text, nlp_artifacts, candidates)
         except TimeoutError as exc:
             raise RedactionTimeout(
                 f"a recognizer exceeded regex_timeout_ms={self.rules.settings.regex_timeout_ms:g}"
@@ -394,9 +444,12 @@ class PresidioRedactor:
                 f"{self.rules.settings.field_budget_ms:g}"
             )
         try:
-            return self.apply(text, findings)
+            out = self.apply(text, findings)
         except Exception as exc:
             raise RedactionError(f"anonymization failed: {type(exc).__name__}") from exc
+        if near:
+            return Redacted(out.text, out.findings, tuple(near))
+        return out
 
     def redact_batch(self, texts: list[str]) -> list[Redacted | RedactionError]:
         """Redact many values; with an NLP engine, tokenise the candidates in one batch.

@@ -13,7 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rankscope.redaction.policy import FieldPolicy
-from rankscope.redaction.review import CorpusItem, Evaluation, RuleChange, write_json
+from rankscope.redaction.review import (
+    CorpusItem,
+    Evaluation,
+    GroupMetrics,
+    RuleChange,
+    write_json,
+)
 from rankscope.redaction.rules import RuleSet
 
 
@@ -153,10 +159,41 @@ def _rows(
         "fields": fields,
         "changes": [[c.area, c.name, c.change, c.detail] for c in changes],
         "fail_closed": [list(r) for r in _fail_closed(rules)],
+        "kinds": _group_rows(ev.by_label),
+        "syntaxes": _group_rows(ev.by_syntax),
     }
 
 
+def _group_rows(groups: dict[str, GroupMetrics]) -> list[list[str]]:
+    return [
+        [
+            g.name,
+            str(g.secrets),
+            str(g.caught),
+            _pct(g.recall),
+            str(g.benign),
+            str(g.flagged),
+            _pct(g.false_positive_rate),
+            ", ".join((g.missed + g.flagged_ids)[:6]),
+        ]
+        for g in groups.values()
+    ]
+
+
+_GROUP_HEADERS = [
+    "name",
+    "secrets",
+    "caught",
+    "recall",
+    "look-alikes",
+    "flagged",
+    "false positives",
+    "missed or flagged items",
+]
+
 _HEADERS = {
+    "kinds": ["kind", *_GROUP_HEADERS[1:]],
+    "syntaxes": ["syntax", *_GROUP_HEADERS[1:]],
     "gates": ["gate", "threshold", "measured", "result"],
     "entities": [
         "entity",
@@ -189,6 +226,8 @@ _HEADERS = {
 }
 
 _TITLES = {
+    "kinds": "Recall and false positives per credential kind",
+    "syntaxes": "Recall and false positives per syntax",
     "gates": "Verdict",
     "entities": "Entities: precision and recall on the labelled corpus",
     "recognizers": "Rules",
@@ -263,6 +302,8 @@ def write_review(
     policy = FieldPolicy(rules)
     tables = _rows(rules, ev, policy, changes)
     order = ["gates", "entities", "recognizers", "allow", "fields", "fail_closed"]
+    if ev.by_label or ev.by_syntax:
+        order[2:2] = ["kinds", "syntaxes"]
     if since:
         order.insert(4, "changes")
     verdict = "PASS" if ev.passed else "FAIL"

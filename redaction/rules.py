@@ -21,7 +21,15 @@ DEFAULT_RULES_PATH = Path(__file__).with_name("rules.yaml")
 EntityAction = Literal["mask", "hash", "drop"]
 FieldAction = Literal["scan", "pass", "drop"]
 EntityGroup = Literal["credential", "contact", "network", "identity", "financial"]
-Validator = Literal["none", "mixed_charset", "luhn"]
+Validator = Literal[
+    "none",
+    "mixed_charset",
+    "luhn",
+    "placeholder",
+    "secret_value",
+    "password_value",
+    "generated_value",
+]
 
 
 class _Strict(BaseModel):

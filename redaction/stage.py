@@ -162,6 +162,9 @@ class RedactionStage:
                 if isinstance(res, RedactionError):
                     failed.append((path, res))
                     continue
+                for entity, rule_name in res.near_misses:
+                    dims = (window, ev.cluster, ev.job_id, ev.kind, path, entity, rule_name)
+                    audit[(*dims, "near_miss")] += 1
                 if not res.changed:
                     continue
                 stats.values_redacted += 1

@@ -304,3 +304,157 @@ def test_a_missing_key_file_is_created_private_and_reused(tmp_path: Path) -> Non
     assert key is not None and len(key) == 64
     assert path.stat().st_mode & 0o777 == 0o600
     assert load_key("RANKSCOPE_TEST_NO_SUCH_VAR", path) == key
+
+
+# -- issue 16: the two bugs ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "dump",
+    [
+        "HF_TOKEN=\nWANDB_API_KEY_SECONDNAME=abc",
+        "DB_PASSWORD=\nOTHER_VARIABLE=x",
+        "--token\nSOMETHINGLONGERTHAN16CHARS",
+        "--password\nnext_line_is_not_a_password",
+        "aws_secret_access_key =\nAKIAIOSFODNN7EXAMPLEAKIAIOSFODNN7EXAMPLE",
+        "Authorization: Bearer\nnext-line-is-a-log-line-not-a-token",
+    ],
+)
+def test_an_empty_assignment_does_not_swallow_the_next_line(
+    redactor: PresidioRedactor, dump: str
+) -> None:
+    """In an environment dump ``A_KEY=\\nB_KEY=...`` the next variable's name stays readable."""
+    assert redactor.redact(dump).text == dump
+
+
+def test_a_value_on_the_same_line_is_still_masked(redactor: PresidioRedactor) -> None:
+    out = redactor.redact("HF_TOKEN=\nDB_PASSWORD=s3cr3t-Pa55w0rd\n").text
+    assert out == "HF_TOKEN=\nDB_PASSWORD=[PASSWORD]\n"
+
+
+@pytest.mark.parametrize("gid", ["::ffff:256.0.0.1", "::ffff:10.0.3.300", "::ffff:999.1.1.1"])
+def test_an_invalid_ipv4_mapped_address_is_not_an_ip(redactor: PresidioRedactor, gid: str) -> None:
+    text = f"NET/IB : remoteGids {gid} mismatch"
+    assert redactor.redact(text).text == text
+
+
+def test_a_valid_ipv4_mapped_address_is_still_hashed(redactor: PresidioRedactor) -> None:
+    out = redactor.redact("remoteGids::ffff:10.0.3.7 and ::ffff:255.255.255.254").text
+    assert "10.0.3.7" not in out and "255.255.255.254" not in out
+
+
+# -- issue 16: placeholders are near-misses; hex and UUID keys after a key word are secrets ----
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",
+        "api_key: <token>",
+        "API_KEY=${API_KEY}",
+        "STRIPE_SECRET_KEY=$STRIPE_SECRET_KEY",
+        "password: changeme",
+        "OPENAI_API_KEY=your-api-key-here",
+        "AWS_ACCESS_KEY_ID=AKIAIOSFODNN7EXAMPLE",
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "HEROKU_KEY=aaaaaaaaaaaaaaaaaaaaaaaa",
+        "sk_live_000000000000000000000000",
+        "token_type: bearer",
+        "key: throughput.tokens_per_s",
+        '"api_key": "None"',
+        "cache_key=model-7b-v2-shard-00003-of-00008",
+        "dataset_key: c4-en-train-00042-of-01024",
+        "idempotency_key: job-8123-attempt-2",
+        "secret_name: hf-token-prod",
+        "token_budget: 1048576",
+    ],
+)
+def test_placeholders_and_low_entropy_values_are_left_alone(
+    redactor: PresidioRedactor, text: str
+) -> None:
+    assert redactor.redact(text).text == text
+
+
+def test_a_placeholder_is_counted_as_a_near_miss_in_the_audit() -> None:
+    stage = RedactionStage(RULES, KEY)
+    ev = _comm("launch failed: GITHUB_TOKEN=ghp_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx")
+    out = stage.process([ev], "t.raw.comm:0:1")
+    assert out.events[0] == ev  # unchanged
+    near = [(a.entity, a.count) for a in out.audit if a.action == "near_miss"]
+    # one value, one near-miss (which of the rules that declined it is named may vary)
+    assert near == [("API_TOKEN", 1)]
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        (
+            "token: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+            "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b",
+        ),
+        ("key=3fa85f64-5717-4562-b3fc-2c963f66afa6", "3fa85f64-5717-4562-b3fc-2c963f66afa6"),
+        (
+            "HEROKU_KEY: 01234abc-5717-4562-b3fc-2c963f66afa6",
+            "01234abc-5717-4562-b3fc-2c963f66afa6",
+        ),
+        ("DD_API_KEY=a9b8c7d6e5f40312a9b8c7d6e5f40312", "a9b8c7d6e5f40312a9b8c7d6e5f40312"),
+    ],
+)
+def test_hex_and_uuid_keys_after_a_key_word_are_not_let_back_in(
+    redactor: PresidioRedactor, text: str, secret: str
+) -> None:
+    assert secret not in redactor.redact(text).text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "GPU-5e7a3d2c-1b4f-4a8e-9c6d-2f1e0a9b8c7d fell off the bus",
+        "CUDA_VISIBLE_DEVICES=MIG-5e7a3d2c-1b4f-4a8e-9c6d-2f1e0a9b8c7d",
+        "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "ncclUniqueId 8c 1f 02 aa 3e 91 07 bd 5c 66 12 0f a1 b2 c3 d4",
+        "NCCL INFO comm 0x55d4c3a1b2c0 rank 3 nranks 64 commId 0x9a8b7c6d5e4f3a2b - Init COMPLETE",
+        "NCCL version 2.21.5+cuda12.4 driver 550.54.15",
+        "step=120000 loss=1.2345 tokens/s=183422",
+        "run_id=3fa85f64-5717-4562-b3fc-2c963f66afa6 started",
+    ],
+)
+def test_gpu_ids_versions_and_counters_stay_untouched(
+    redactor: PresidioRedactor, text: str
+) -> None:
+    assert redactor.redact(text).text == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("curl -u alice@example.com:Pa55w0rd!x https://x.internal", "Pa55w0rd!x"),
+        ("Authorization: Basic YWxpY2U6cGFzc3dvcmQxMjM=", "YWxpY2U6cGFzc3dvcmQxMjM="),
+        (
+            "Authorization: Token 4f3a9c1b2e8d7f6a5b4c3d2e1f0a9b8c",
+            "4f3a9c1b2e8d7f6a5b4c3d2e1f0a9b8c",
+        ),
+        ("X-API-Key: Qm9vZ1Jx8sLkPzT3vWn4", "Qm9vZ1Jx8sLkPzT3vWn4"),
+        (
+            "SONAR_LOGIN ?= 7d1f0c9e8b2a4d6f1e3c5b7a9d0e2f4a6c8b1d3e",
+            "7d1f0c9e8b2a4d6f1e3c5b7a9d0e2f4a6c8b1d3e",
+        ),
+        ('{"db_password": "correct horse battery"}', "correct horse battery"),
+        ("docker login -u ci -p Zr8vQ2mN5xK1 registry.internal", "Zr8vQ2mN5xK1"),
+        ('sshpass -p "S3cr3t!pw" ssh node1', "S3cr3t!pw"),
+        ("aws_session_token = IQoJb3JpZ2luX2VjEJr//////////wEaCXVzLWVhc3QtMSJHMEUCIQ", "IQoJb3J"),
+        (
+            "AKIAQ7LMX3T2PZ5RWN4Y:bYNedmw1lebqrcn3xHHRsXBIAjEut7RRRri3UY6D",
+            "bYNedmw1lebqrcn3xHHRsXBIAjEut7RRRri3UY6D",
+        ),
+        (
+            "sendgrid: 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",
+            "SG.aB3dE5fG7hJ9kL1mN3pQ5r",
+        ),
+        (
+            "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBF8x2kQBCAC7r9Z2xYq\n"
+            "-----END PGP PRIVATE KEY BLOCK-----",
+            "lQOYBF8x2kQBCAC7r9Z2xYq",
+        ),
+    ],
+)
+def test_assignment_and_http_auth_forms_lose_their_secret(
+    redactor: PresidioRedactor, text: str, secret: str
+) -> None:
+    assert secret not in redactor.redact(text).text
