@@ -190,6 +190,9 @@ class ClickHouseSink:
         #: outages in a row without a stored batch between them (sets the first wait)
         self._outage_streak = 0
         self._status_due = time.monotonic() + config.status_every_s
+        #: the newest status line logged (read it from any thread; ``status()`` only from the
+        #: sink's own: librdkafka's consumer calls block while another thread consumes)
+        self.last_status = ""
 
     # -- decoding ------------------------------------------------------------------------
     def _decode_events(self, msg: Message) -> None:
@@ -420,7 +423,9 @@ class ClickHouseSink:
             self._flush_or_wait()
         if time.monotonic() >= self._status_due:
             self._status_due = time.monotonic() + self.config.status_every_s
-            log.warning("sink status: %s", self.status())
+            # made on the sink's own thread: the consumer is not safe to query from another
+            self.last_status = self.status()
+            log.warning("sink status: %s", self.last_status)
         return len(msgs)
 
     def lag(self) -> int:

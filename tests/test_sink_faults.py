@@ -106,6 +106,7 @@ def _sink_config(services: Services, prefix: str, database: str, url: str) -> Si
         group_id=f"{prefix}-sink",
         max_batch_latency_s=0.2,
         outage_max_backoff_s=2.0,
+        status_every_s=0.5,
         # a sink that stopped polling during the outage would be dropped from its group
         consumer_extra={"max.poll.interval.ms": "15000"},
     )
@@ -163,7 +164,11 @@ def test_a_refused_row_is_dead_lettered_and_the_sink_moves_on(
         while sink.stats.commits < 1 or sink.stats.records < 3:
             assert time.monotonic() < deadline, sink.stats
             time.sleep(0.1)
-        status = sink.status()  # what the sink logs once a minute
+        # the status line the sink logs (every 0.5 s here, once a minute by default)
+        while "lag 0 records" not in sink.last_status or "(1 refused" not in sink.last_status:
+            assert time.monotonic() < deadline, sink.last_status
+            time.sleep(0.1)
+        status = sink.last_status
     finally:
         sink.stop()
         thread.join(30)
