@@ -37,6 +37,7 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait
 from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
 from rankscope.schemas.derived import (
     DeadLetter,
+    DeadLetterCode,
     Detection,
     Incident,
     LateEvent,
@@ -238,21 +239,15 @@ class ClickHouseSink:
 
         self.stats.decode_errors += 1
         raw = msg.value() or b""
-        topic, partition, offset = _where(msg)
-        dead = DeadLetter(
-            dead_letter_id=DeadLetter.make_id(topic, partition, offset, -1),
-            reason_code="invalid_event",
-            reason=reason,
-            source_topic=topic,
-            partition=partition,
-            offset=offset,
+        ref = (*_where(msg), -1)
+        row = _letter_row(
+            ref,
+            "invalid_event",
+            reason,
             size_bytes=len(raw),
             sha256=hashlib.sha256(raw).hexdigest(),
-            received_ts=time.time_ns(),
         )
-        self._buffers.add(
-            DEADLETTER_TABLE, DEADLETTER_TABLE.to_row(dead), (topic, partition, offset, -1)
-        )
+        self._buffers.add(DEADLETTER_TABLE, row, ref)
 
     # -- writing -------------------------------------------------------------------------
     def _insert(self, spec: TableSpec, rows: Sequence[Row]) -> None:
@@ -266,27 +261,12 @@ class ClickHouseSink:
     def _refused_letter(self, spec: TableSpec, row: Row, ref: RowRef, error: str) -> Row:
         """The dead letter of a row ClickHouse refused: where it came from, and ClickHouse's
         reason; the row itself stays on Kafka (the source of truth)."""
-        topic, partition, offset, index = ref
         named = dict(zip(spec.columns, row, strict=True))
-        ident = {
-            k: str(named[col])[:256]
-            for k, col in (("event_id", "event_id"), ("job_id", "job_id"), ("node", "node"))
-            if col in named
+        ident: dict[str, str] = {
+            col: str(named[col])[:256] for col in ("event_id", "job_id", "node") if col in named
         }
-        dead = DeadLetter(
-            dead_letter_id=DeadLetter.make_id(topic, partition, offset, index),
-            reason_code="store_refused",
-            reason=f"ClickHouse refused this row for table {spec.table}: {error}"[:2048],
-            source_topic=topic,
-            partition=partition,
-            offset=offset,
-            index_in_batch=index,
-            size_bytes=0,
-            sha256="",
-            received_ts=time.time_ns(),
-            **ident,
-        )
-        return DEADLETTER_TABLE.to_row(dead)
+        reason = f"ClickHouse refused this row for table {spec.table}: {error}"
+        return _letter_row(ref, "store_refused", reason, ident=ident)
 
     def flush(self) -> None:
         """Write every buffered row (refused ones as dead letters), then commit the consumed
@@ -473,6 +453,33 @@ def run_sink(config: SinkConfig) -> SinkStats:
     signal.signal(signal.SIGTERM, _handle)
     signal.signal(signal.SIGINT, _handle)
     return sink.run()
+
+
+def _letter_row(
+    ref: RowRef,
+    code: DeadLetterCode,
+    reason: str,
+    *,
+    size_bytes: int = 0,
+    sha256: str = "",
+    ident: dict[str, str] | None = None,
+) -> Row:
+    """A dead-letter row the sink writes itself, located by ``ref`` on Kafka."""
+    topic, partition, offset, index = ref
+    dead = DeadLetter(
+        dead_letter_id=DeadLetter.make_id(topic, partition, offset, index),
+        reason_code=code,
+        reason=reason[:2048],
+        source_topic=topic,
+        partition=partition,
+        offset=offset,
+        index_in_batch=index,
+        size_bytes=size_bytes,
+        sha256=sha256,
+        received_ts=time.time_ns(),
+        **(ident or {}),
+    )
+    return DEADLETTER_TABLE.to_row(dead)
 
 
 def _lag_text(lag: int) -> str:

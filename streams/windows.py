@@ -162,7 +162,7 @@ class WindowAggregator:
                 continue
             if wall_s - job.last_seen_wall >= self.idle_close_s:
                 boundary = math.inf
-            elif not job.open or min(job.open) + self.size_ns + self.grace_ns > job.lead:
+            elif min(job.open) + self.size_ns + self.grace_ns > job.lead:
                 continue  # nothing can close yet: skip the O(channels) stream time
             else:
                 stream_time = job.stream_time(wall_s, self.channel_idle_s, self.discovery_s)
