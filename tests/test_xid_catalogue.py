@@ -1,0 +1,121 @@
+"""The XID catalogue as data (issue 17): it loads, every code is there once with a known bucket,
+and the codes root cause knew before keep their meaning."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rankscope.schemas.xid_catalogue import (
+    SEVERITY_BY_BUCKET,
+    XID_BUCKETS,
+    load_xid_catalogue,
+    xid_bucket,
+    xid_catalogue,
+)
+from rankscope.streams.analysis.rootcause import XID_INFO, xid_description
+from rankscope.streams.analysis.rootcause.xid import UNKNOWN_XID
+
+#: root cause's hand-written table before the catalogue (commit e77a94a): (cause, strength, fatal)
+OLD_TABLE = {
+    13: ("gpu_xid", 0.35, False),
+    31: ("gpu_xid", 0.35, False),
+    43: ("gpu_xid", 0.3, False),
+    45: ("gpu_xid", 0.15, False),
+    48: ("gpu_ecc", 1.0, True),
+    61: ("gpu_xid", 0.8, False),
+    62: ("gpu_xid", 0.95, True),
+    63: ("gpu_ecc", 0.5, False),
+    64: ("gpu_ecc", 0.85, False),
+    74: ("nvlink", 1.0, True),
+    79: ("gpu_xid", 1.0, True),
+    92: ("gpu_ecc", 0.3, False),
+    94: ("gpu_ecc", 0.9, True),
+    95: ("gpu_ecc", 1.0, True),
+    119: ("gpu_xid", 0.95, True),
+    120: ("gpu_xid", 0.95, True),
+}
+
+
+def test_shipped_catalogue_loads_with_every_code_once() -> None:
+    cat = load_xid_catalogue()
+    codes = [e.code for e in cat.xids]
+    assert len(codes) == len(set(codes))
+    # NVIDIA's table numbers its codes 1..161 without gaps (Ampere and newer)
+    assert set(codes) == set(range(1, 162))
+    assert {e.bucket for e in cat.xids} <= XID_BUCKETS
+    # the GB200-era codes are there, with the catalogue's NVLink5 workflow
+    for code in range(144, 151):
+        assert cat.by_code[code].bucket == "WORKFLOW_NVLINK5_ERR"
+        assert cat.by_code[code].cause == "nvlink"
+    assert cat.by_code[154].mnemonic == "GPU_RECOVERY_ACTION_CHANGED"
+
+
+def test_buckets_of_the_codes_operators_act_on() -> None:
+    expected = {
+        79: "RESTART_BM",
+        48: "WORKFLOW_XID_48",
+        74: "WORKFLOW_NVLINK_ERR",
+        63: "IGNORE",
+        94: "RESTART_APP",
+        95: "RESET_GPU",
+        119: "RESET_GPU",
+        13: "RESTART_APP",
+        45: "WORKFLOW_XID_45",
+        54: "CHECK_MECHANICALS",
+        154: "XID_154",
+    }
+    assert {c: xid_bucket(c) for c in expected} == expected
+    assert xid_bucket(None) == "" and xid_bucket(9999) == ""
+
+
+def test_severity_follows_the_documented_rule() -> None:
+    for e in load_xid_catalogue().xids:
+        want = "info" if e.unused else SEVERITY_BY_BUCKET[e.bucket]
+        assert e.severity == want, e.code
+
+
+def test_codes_we_had_keep_their_meaning() -> None:
+    for code, (cause, strength, fatal) in OLD_TABLE.items():
+        info = XID_INFO[code]
+        assert (info.cause, info.strength, info.fatal) == (cause, strength, fatal), code
+    assert xid_description(79) == "XID 79 (GPU has fallen off the bus)"
+    assert xid_description(999) == "XID 999"
+    assert 999 not in XID_INFO and UNKNOWN_XID.strength == 0.6
+
+
+def test_new_codes_get_attribution_from_their_bucket() -> None:
+    # 149 (GB200 NVLink) used to fall back to the generic 0.6 non-fatal XID
+    assert XID_INFO[149][1:] == ("nvlink", 0.95, True, "WORKFLOW_NVLINK5_ERR")
+    assert XID_INFO[160].fatal and XID_INFO[160].bucket == "RESTART_BM"
+    assert XID_INFO[140].cause == "gpu_ecc" and XID_INFO[140].fatal
+    assert not XID_INFO[154].fatal and XID_INFO[154].strength < 0.6
+    assert XID_INFO[14].strength == 0.05  # IGNORE: an injected test error
+    assert len(XID_INFO) == len(xid_catalogue())
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (
+            "version: x\nxids:\n  - {code: 1, mnemonic: A, description: d, bucket: RESTART_APP,"
+            " severity: warning}\n  - {code: 1, mnemonic: B, description: d, bucket: IGNORE,"
+            " severity: info}\n",
+            "duplicate XID codes: [1]",
+        ),
+        (
+            "version: x\nxids:\n  - {code: 2, mnemonic: A, description: d, bucket: REBOOT_PLEASE,"
+            " severity: critical}\n",
+            "bucket",
+        ),
+        ("- just a list\n", "YAML mapping"),
+    ],
+)
+def test_malformed_catalogue_is_refused_with_the_reason(
+    tmp_path: Path, body: str, reason: str
+) -> None:
+    path = tmp_path / "cat.yaml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
+        load_xid_catalogue(path)
