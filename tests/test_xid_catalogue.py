@@ -1,12 +1,15 @@
 """The XID catalogue as data (issue 17): it loads, every code is there once with a known bucket,
-and the codes root cause knew before keep their meaning."""
+the codes root cause knew before keep their meaning, and the recovery policy's rules act on the
+catalogue's bucket."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from rankscope.schemas.derived import CauseClass, Incident
 from rankscope.schemas.xid_catalogue import (
     SEVERITY_BY_BUCKET,
     XID_BUCKETS,
@@ -16,6 +19,8 @@ from rankscope.schemas.xid_catalogue import (
 )
 from rankscope.streams.analysis.rootcause import XID_INFO, xid_description
 from rankscope.streams.analysis.rootcause.xid import UNKNOWN_XID
+from rankscope.streams.recovery.engine import RecoveryEngine
+from rankscope.streams.recovery.policy import Match, Policy, load_policy
 
 #: root cause's hand-written table before the catalogue (commit e77a94a): (cause, strength, fatal)
 OLD_TABLE = {
@@ -119,3 +124,85 @@ def test_malformed_catalogue_is_refused_with_the_reason(
     path.write_text(body, encoding="utf-8")
     with pytest.raises(ValueError, match=reason.replace("[", r"\[").replace("]", r"\]")):
         load_xid_catalogue(path)
+
+
+# ============================================================================ recovery policy
+
+S = 1_000_000_000
+T0 = 1_800_000_000 * S
+
+
+def _incident(
+    job: str, xid: int | None, cause: CauseClass = "gpu_xid", conf: float = 0.95
+) -> Incident:
+    return Incident(
+        incident_id=f"{job}/inc0",
+        cluster="c1",
+        job_id=job,
+        cause_class=cause,
+        node=f"node-{job}",
+        gpu=2,
+        rank=26,
+        xid=xid,
+        confidence=conf,
+        summary=f"XID {xid} on node-{job}",
+        first_cause_ts=T0,
+        first_symptom_ts=T0,
+        attributed_ts=T0,
+        emitted_ts=T0,
+    )
+
+
+def _acts(inc: Incident) -> list[tuple[str, str]]:
+    """(rule, action) the shipped policy decides, on a fresh engine (no breaker, no repeats)."""
+    got = [e for e in RecoveryEngine(load_policy()).on_incident(inc) if e.stage == "decided"]
+    assert all(e.node == inc.node for e in got)
+    return [(e.rule, e.action) for e in got]
+
+
+def test_shipped_policy_acts_on_the_catalogue_bucket() -> None:
+    # a reboot-bucket XID: the job restarts without the node, and the node is drained at once
+    assert _acts(_incident("j79", 79)) == [
+        ("xid-hardware-exclude-node", "exclude_node_and_restart"),
+        ("xid-reboot-drain-node", "drain_node"),
+    ]
+    # a reset-bucket XID (GSP timeout) and GB200 NVLink: exclude, no drain
+    assert _acts(_incident("j119", 119)) == [
+        ("xid-hardware-exclude-node", "exclude_node_and_restart")
+    ]
+    assert _acts(_incident("j149", 149, "nvlink")) == [
+        ("xid-hardware-exclude-node", "exclude_node_and_restart")
+    ]
+    # an app-bucket XID: the GPU is usable, the job restarts from its checkpoint in place
+    assert _acts(_incident("j94", 94, "gpu_ecc")) == [
+        ("xid-app-restart", "restart_from_checkpoint")
+    ]
+    # no XID (ECC counter, silence...): the cause-class rules, as before
+    assert _acts(_incident("jnone", None)) == [
+        ("gpu-hardware-exclude-node", "exclude_node_and_restart")
+    ]
+    # an IGNORE-bucket XID at high confidence still falls through to the cause rule
+    assert _acts(_incident("j63", 63, "gpu_ecc"))[0][0] == "gpu-hardware-exclude-node"
+
+
+def test_bucket_and_cause_must_both_hold_when_both_are_named() -> None:
+    m = Match(incident_cause=["gpu_ecc"], xid_bucket=["RESET_GPU"], min_confidence=0.8)
+    assert m.matches_incident(_incident("a", 95, "gpu_ecc"))
+    assert not m.matches_incident(_incident("b", 95, "gpu_xid"))  # cause differs
+    assert not m.matches_incident(_incident("c", 48, "gpu_ecc"))  # WORKFLOW_XID_48
+    assert not m.matches_incident(_incident("d", 95, "gpu_ecc", conf=0.5))
+    assert not m.matches_incident(_incident("e", None, "gpu_ecc"))
+
+
+@pytest.mark.parametrize(
+    ("when", "reason"),
+    [
+        ({"xid_bucket": ["RESET_GPU"], "detection": ["hang"]}, "exactly one of them"),
+        ({"xid_bucket": ["REBOOT_PLEASE"]}, "xid_bucket"),
+        ({"incident_cause": ["gpu_xid"], "node_repeats": 1}, "only with xid_bucket"),
+    ],
+)
+def test_policy_refuses_bad_bucket_rules(when: dict[str, object], reason: str) -> None:
+    doc = {"version": "t", "rules": [{"name": "r", "when": when, "action": "drain_node"}]}
+    with pytest.raises(ValidationError, match=reason):
+        Policy.model_validate(doc)
