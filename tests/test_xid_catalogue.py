@@ -9,6 +9,12 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from rankscope.collectors.base import EventFactory
+from rankscope.collectors.kernel_log import (
+    KernelLogCollector,
+    KernelLogCollectorConfig,
+    KernelLogGpu,
+)
 from rankscope.schemas.derived import CauseClass, Incident
 from rankscope.schemas.xid_catalogue import (
     SEVERITY_BY_BUCKET,
@@ -206,3 +212,37 @@ def test_policy_refuses_bad_bucket_rules(when: dict[str, object], reason: str) -
     doc = {"version": "t", "rules": [{"name": "r", "when": when, "action": "drain_node"}]}
     with pytest.raises(ValidationError, match=reason):
         Policy.model_validate(doc)
+
+
+# ============================================================================ kernel lines
+
+#: a GSP crash as the driver logs it (forums.developer.nvidia.com, "Xid 62 / Xid 154 GSP PMU halt
+#: crash on RTX PRO 6000 Blackwell during LLM inference", 2026; as posted, a host name added to
+#: the syslog prefix):
+#: XID 120 (GSP error) and XID 154 restating the recovery action it needs
+GSP_CRASH = [
+    "Mar 29 15:38:59 host kernel: NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception: store "
+    "access page fault (cause:0xf) @ pc:0xffffffff93003d42, partition:4#0",
+    "Mar 29 15:38:59 host kernel: NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed "
+    "from 0x0 (None) to 0x1 (GPU Reset Required)",
+]
+
+
+def test_a_gsp_crash_carries_the_buckets_and_154_does_not_outweigh_its_cause(
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "kern.log"
+    log.write_text("".join(line + "\n" for line in GSP_CRASH))
+    config = KernelLogCollectorConfig(
+        source="file",
+        paths=[str(log)],
+        from_start=True,
+        use_nvml=False,
+        inventory=[KernelLogGpu(pci_bus_id="0000:01:00.0", index=0)],
+    )
+    events = KernelLogCollector(config, EventFactory("c1", "n1")).poll(T0)
+    got = [(e.gpu, e.payload.xid, e.payload.xid_bucket) for e in events]  # type: ignore[union-attr]
+    assert got == [(0, 120, "RESET_GPU"), (0, 154, "XID_154")]
+    # root cause: 120 is the fatal cause; 154 only restates it, weaker than the unknown-XID weight
+    assert XID_INFO[120].fatal and XID_INFO[120].strength > XID_INFO[154].strength
+    assert not XID_INFO[154].fatal
