@@ -100,11 +100,13 @@ def _parse(line: str) -> ParsedCommLine | _Skip:
     parsed = _parse_body(text, prefix)
     if not isinstance(parsed, ParsedCommLine):
         return parsed
-    if prefix.log_time is not None:
-        parsed = replace(parsed, log_time=prefix.log_time)  # outermost clock: zoned, with year
-    if parsed.rank is None and prefix.task is not None:
-        parsed = replace(parsed, rank=prefix.task)
-    return parsed
+    if prefix.log_time is None and (parsed.rank is not None or prefix.task is None):
+        return parsed
+    return replace(
+        parsed,
+        log_time=prefix.log_time or parsed.log_time,  # the outermost clock: zoned, with a year
+        rank=parsed.rank if parsed.rank is not None else prefix.task,
+    )
 
 
 def _parse_body(text: str, prefix: LinePrefix) -> ParsedCommLine | _Skip:
@@ -114,7 +116,7 @@ def _parse_body(text: str, prefix: LinePrefix) -> ParsedCommLine | _Skip:
         return _parse_nccl(text, nccl, rank, local_rank)
     if "NCCL WARN" in text or "NCCL INFO" in text or "NCCL ABORT" in text:
         return "malformed"  # NCCL's marker behind a prefix we cannot read
-    tests = _NCCL_TESTS_RE.search(text, pos)
+    tests = _NCCL_TESTS_RE.search(text, pos) if "NCCL failure" in text else None
     if tests is not None:
         return ParsedCommLine(
             source="nccl",
