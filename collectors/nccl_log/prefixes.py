@@ -70,6 +70,9 @@ def _offset(tz: str | None) -> int | None:
 
 def strip_prefixes(text: str, pos: int = 0) -> LinePrefix:
     """Every known prefix from ``pos`` on; the first (outermost) clock is kept."""
+    head = text[pos : pos + 3]
+    if not head or not (head[0].isdigit() or head[0] in " \t[(" or head in _MONTHS):
+        return LinePrefix(pos)  # the usual NCCL/PyTorch line: no prefix can start here
     log_time: LogTime | None = None
     rank = local_rank = task = None
     for _ in range(_MAX_PREFIXES):
