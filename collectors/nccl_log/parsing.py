@@ -139,7 +139,7 @@ def _parse_nccl(
     if not msg and level == "WARN":
         return "malformed"
     log_time = None
-    ts = _NCCL_TS_RE.search(text, 0, m.start() + len(m.group(0)) - len(m.group("msg")))
+    ts = _NCCL_TS_RE.search(text, 0, m.start("msg"))
     if ts is not None:
         log_time = LogTime(
             int(ts["y"]),
