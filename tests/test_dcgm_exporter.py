@@ -31,7 +31,9 @@ from rankscope.sinks.clickhouse import connect
 from tests.test_agent import StaticInventory, Tap, wait_for
 from tests.test_agent_integration import _wait_drained
 
-PAGE = (Path(__file__).parent / "data" / "dcgm" / "dcgm_exporter_metrics.txt").read_text()
+DATA = Path(__file__).parent / "data" / "dcgm"
+PAGE = (DATA / "dcgm_exporter_metrics.txt").read_text()
+A800_MIG = (DATA / "dcgm_exporter_a800_mig_excerpt.txt").read_text()
 NODE = "lke529760-766837-0a634ab30000"  # the page's Hostname label
 UUID0 = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
 T0 = 1_760_000_000 * 10**9
@@ -177,6 +179,41 @@ def test_missing_fields_nan_blanks_and_unknown_metrics() -> None:
     assert p.power_w is None and p.temperature_c is None and p.sm_active_pct is None
     assert p.mem_used_bytes == 2**30 and p.mem_total_bytes is None
     assert c.stats.no_utilization == 1
+
+
+def test_recorded_8_gpu_page_with_a_mig_gpu() -> None:
+    parsed = parse_page(A800_MIG)
+    assert sorted(parsed.gpus) == list(range(8))
+    assert parsed.mig_series == 21  # GPU 0's series, once per GPU instance (3, 5, 6)
+    gpu0 = parsed.gpus[0]
+    assert gpu0.mig and gpu0.values["DCGM_FI_DEV_SM_CLOCK"] == 1410.0  # device value, read once
+    assert "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" not in gpu0.values  # per instance: not the GPU's
+
+    c = collector(A800_MIG)
+    events = samples(c.poll(T0))
+    # MIG mode has no GPU utilization (as in NVML): GPUs 1-7 get samples, GPU 0 none
+    assert [e.gpu for e in events] == list(range(1, 8))
+    assert c.stats.no_utilization == 1
+    p = events[0].payload
+    assert (p.gpu_uuid, p.sm_clock_mhz, p.temperature_c) == (
+        "GPU-9e5b8fec-61bf-5124-a0a9-079af1b65cc6",
+        210.0,
+        27.0,
+    )
+    assert p.energy_mj == 187_554_325 and p.mem_total_bytes == (81226 + 2) * 2**20
+    assert events[0].job_id == "node-job" and events[0].rank is None  # no pod labels, no binding
+
+    xid48 = A800_MIG.replace(
+        'GPU_I_ID="3",Hostname="msxf-hpc-64-35-ai",DCGM_FI_DRIVER_VERSION="535.129.03",'
+        'DCGM_FI_PROCESS_NAME="/usr/bin/dcgm-exporter"} 0\n',
+        'GPU_I_ID="3",Hostname="msxf-hpc-64-35-ai",DCGM_FI_DRIVER_VERSION="535.129.03",'
+        'DCGM_FI_PROCESS_NAME="/usr/bin/dcgm-exporter"} 48\n',
+        1,
+    )
+    c = collector([A800_MIG, xid48])
+    c.poll(T0)
+    (ev,) = [e for e in c.poll(T0 + 1) if isinstance(e, GpuEventEvent)]
+    assert (ev.gpu, ev.payload.xid) == (0, 48)  # the MIG GPU's XID still reaches us
 
 
 @pytest.mark.parametrize(

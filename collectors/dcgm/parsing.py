@@ -10,8 +10,11 @@ format (escapes, comments, timestamps); what it cannot know is DCGM's convention
   int64 blanks from ``0x7ffffffffffffff0`` up (the README example shows
   ``DCGM_FI_DEV_MEMORY_TEMP ... 9223372036854775794``) and fp64 blanks from ``2**47``; they,
   NaN and infinities are dropped (counted), never stored as values;
-- MIG: series carrying ``GPU_I_ID`` describe one GPU instance, not the GPU; they are skipped
-  (counted), samples stay per physical GPU;
+- MIG: dcgm-exporter repeats every series of a MIG-enabled GPU once per GPU instance (labels
+  ``GPU_I_PROFILE``/``GPU_I_ID``, seen on a recorded A800 page). Device-level fields
+  (``DCGM_FI_DEV_*``) are the same in each copy and are read once for the physical GPU; the
+  profiling fields (``DCGM_FI_PROF_*``) are per instance and are skipped (counted). Such a GPU has
+  no ``DCGM_FI_DEV_GPU_UTIL`` (NVML has none in MIG mode), so it gets XID events but no sample;
 - metrics that are not ``DCGM_FI_*`` or not mapped are ignored (counted);
 - ``prometheus_client`` names the sample of a ``counter`` family ``<name>_total``; DCGM's names
   carry no such suffix (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION`` is a counter), so the family
@@ -34,6 +37,7 @@ __all__ = ["DcgmPageError", "GpuReading", "ParsedPage", "normalise_pci_bus_id", 
 _INT64_BLANK: Final = float(0x7FFFFFFFFFFFFFF0)
 _FP64_BLANK: Final = float(2**47)  # DCGM_FP64_BLANK = 140737488355328.0, then +1..+3
 _PREFIX: Final = "DCGM_FI_"
+_PROFILING: Final = "DCGM_FI_PROF_"
 
 
 class DcgmPageError(ValueError):
@@ -56,6 +60,8 @@ class GpuReading:
     values: dict[str, float] = field(default_factory=dict)
     #: DCGM_FI_DEV_XID_ERRORS's ``err_msg`` label (newer exporters), '' when absent
     xid_text: str = ""
+    #: MIG mode: the series came per GPU instance
+    mig: bool = False
 
 
 @dataclass
@@ -109,9 +115,11 @@ def parse_page(text: str) -> ParsedPage:
                 continue
             page.dcgm_series += 1
             labels = sample.labels
-            if labels.get("GPU_I_ID"):
+            instance = bool(labels.get("GPU_I_ID"))
+            if instance:
                 page.mig_series += 1
-                continue
+                if name.startswith(_PROFILING):
+                    continue  # one value per GPU instance, not the GPU's
             try:
                 index = int(labels.get("gpu", ""))
             except ValueError:
@@ -129,10 +137,13 @@ def parse_page(text: str) -> ParsedPage:
                     namespace=labels.get("namespace", "")[:256],
                     container=labels.get("container", "")[:256],
                 )
+            reading.mig = reading.mig or instance
             value = float(sample.value)
             if _blank(value):
                 page.blank_values += 1
                 continue
+            if instance and name in reading.values:
+                continue  # the same device value again, from the next GPU instance
             reading.values[name] = value
             if name == "DCGM_FI_DEV_XID_ERRORS":
                 reading.xid_text = labels.get("err_msg", "")[:1024]
