@@ -269,6 +269,8 @@ def test_xid_gauge_changes_become_gpu_events() -> None:
 def test_config_refuses_a_pod_pattern_without_a_job_group() -> None:
     with pytest.raises(ValueError, match="no \\(\\?P<job>"):
         DcgmCollectorConfig(pod_patterns=[r"^(?P<name>.+)$"])
+    with pytest.raises(ValueError, match="http:// or https://"):
+        DcgmCollectorConfig(url="file:///etc/shadow")  # urllib would read local files
 
 
 # -- acceptance: the page over HTTP, through the agent and the pipeline into ClickHouse -------

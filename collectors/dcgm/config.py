@@ -42,6 +42,13 @@ class DcgmCollectorConfig(CollectorConfig):
         description="Regexes over the pod label: group `job` (required), `index` (optional).",
     )
 
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"url must be http:// or https:// (got {value[:80]!r})")
+        return value
+
     @field_validator("pod_patterns")
     @classmethod
     def _compiles(cls, value: list[str]) -> list[str]:
