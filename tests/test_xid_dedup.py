@@ -133,6 +133,15 @@ def test_other_events_pass_and_the_hold_is_bounded() -> None:
     d = XidDedup(hold_s=60.0, max_held=2, clock=clock)
     ecc = _factory.make(GpuEventEvent, GpuEvent(event_type="ecc", message="double"), T0, gpu=3)
     assert d.filter([ecc]) == [ecc]
+    # dcgm-exporter's XID is neither source: it passes and is nobody's twin
+    dcgm = _factory.make(
+        GpuEventEvent,
+        GpuEvent(event_type="xid", xid=79, message="dcgm", source="dcgm-exporter"),
+        T0,
+        gpu=3,
+    )
+    assert d.filter([dcgm]) == [dcgm] and d.filter([nvml(T0)]) == [] and d.holding == 1
+    d.release_all()
     out = d.filter([nvml(T0 + k * S, xid=13) for k in range(3)])
     assert len(out) == 1 and d.holding == 2  # the oldest released, not dropped
     assert len(d.release_all()) == 2 and d.holding == 0

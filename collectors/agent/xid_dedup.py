@@ -23,10 +23,13 @@ from dataclasses import dataclass, field
 from rankscope.collectors.base import Collector
 from rankscope.schemas.events import Event, GpuEventEvent
 
-__all__ = ["XID_DEDUP_TICK_S", "XidDedup", "XidDedupStats", "xid_dedup_for"]
+__all__ = ["KERNEL_SOURCES", "XID_DEDUP_TICK_S", "XidDedup", "XidDedupStats", "xid_dedup_for"]
 
 #: (GPU, XID): the GPU index when the event has one, else its UUID
 _Key = tuple[int | str, int]
+#: ``gpu_event.source`` of the kernel-log collector's readers; '' is NVML; others (dcgm-exporter)
+#: pass untouched
+KERNEL_SOURCES = frozenset({"kmsg", "journal", "file"})
 
 
 @dataclass(slots=True)
@@ -75,11 +78,13 @@ class XidDedup:
             key = _key(ev)
             if key is None or not isinstance(ev, GpuEventEvent):
                 out.append(ev)
-            elif ev.payload.source:  # the kernel log: always kept
+            elif ev.payload.source in KERNEL_SOURCES:  # always kept
                 out.append(ev)
                 self._kernel(key, ev.ts, now, window)
-            else:
+            elif not ev.payload.source:  # NVML
                 self._nvml(key, ev, now, window, out)
+            else:
+                out.append(ev)
         out += self._expire(now)
         return out
 
