@@ -131,6 +131,12 @@ class GpuEvent(Payload):
         description="Kernel-log line shape: xid, sxid, fallen_off_bus, gsp_timeout, aer.",
     )
     sxid: int | None = Field(default=None, ge=0, le=UINT32_MAX, description="NVSwitch SXid code.")
+    # Optional since migration 0011 (issue 17): the XID catalogue's immediate-action bucket.
+    xid_bucket: ShortText = Field(
+        default="",
+        description="NVIDIA XID catalogue bucket of `xid` (RESTART_APP, RESET_GPU, RESTART_BM, "
+        "...); '' when no XID or not catalogued.",
+    )
 
 
 class Heartbeat(Payload):

@@ -177,6 +177,7 @@ EVENT_TABLES: dict[type[Envelope], EventTableSpec] = {
                 Column("source", missing=""),
                 Column("pattern", missing=""),
                 Column("sxid", missing=None),
+                Column("xid_bucket", missing=""),  # since migration 0011
             ),
         ),
         EventTableSpec(

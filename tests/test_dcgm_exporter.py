@@ -264,6 +264,7 @@ def test_xid_gauge_changes_become_gpu_events() -> None:
         "0000:17:00.0",
     )
     assert "13 -> 79" in p.message and "fell off" in p.message
+    assert p.xid_bucket == "RESTART_BM"  # the XID catalogue's bucket, as from NVML and the kernel
 
 
 def test_config_refuses_a_pod_pattern_without_a_job_group() -> None:

@@ -25,6 +25,7 @@ from rankscope.collectors.dcgm.mapping import XID_FIELD, sample_fields
 from rankscope.collectors.dcgm.parsing import GpuReading, parse_page
 from rankscope.schemas.events import Event, GpuEventEvent, GpuSampleEvent
 from rankscope.schemas.payloads import GpuEvent, GpuSample
+from rankscope.schemas.xid_catalogue import xid_bucket
 
 __all__ = ["SOURCE", "DcgmCollector", "DcgmScrapeError", "DcgmStats", "create_dcgm_collector"]
 
@@ -175,6 +176,7 @@ class DcgmCollector(BaseCollector):
                 message=text,
                 pci_bus_id=reading.pci_bus_id,
                 source=SOURCE,
+                xid_bucket=xid_bucket(code),
             )
             out.append(self.factory.make(GpuEventEvent, payload, now_ns, gpu=reading.gpu))
         except ValidationError:
