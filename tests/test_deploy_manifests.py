@@ -12,14 +12,19 @@ code), with no wildcard.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping
+import typing
+import urllib.parse
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -295,3 +300,474 @@ def test_systemd_analyze_verify_accepts_the_unit(unit_text: str, tmp_path: Path)
 def test_systemd_analyze_verify_would_catch_a_bad_value(unit_text: str, tmp_path: Path) -> None:
     broken = unit_text.replace("DevicePolicy=closed", "DevicePolicy=closd")
     assert any("device policy" in c for c in verify_complaints(broken, tmp_path))
+
+
+# == Kubernetes ===============================================================================
+
+#: Kubernetes versions whose API schemas (from kubernetes-validate) the manifests must pass:
+#: the oldest release still in wide use on GPU fleets we target, and the newest it ships.
+KUBE_VERSIONS = ("1.30", kubernetes_validate.latest_version())
+
+
+def kustomization() -> dict[str, Any]:
+    doc = yaml.safe_load((KUBE / "kustomization.yaml").read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def render_offline() -> list[dict[str, Any]]:
+    """kustomize's build, for what this kustomization uses: its resources, the image tag, and
+    configMapGenerator (files read from the repository, literals), without the hash suffix.
+    Used where kubectl is absent; test_kubectl_kustomize_renders_the_same_objects compares."""
+    kz = kustomization()
+    docs: list[dict[str, Any]] = []
+    for name in kz["resources"]:
+        docs.extend(d for d in yaml.safe_load_all((KUBE / name).read_text()) if d)
+    for gen in kz.get("configMapGenerator", []):
+        data: dict[str, str] = {}
+        for item in gen.get("files", []):
+            key, _, rel = item.partition("=")
+            data[key] = (KUBE / rel).read_text()  # a missing file fails here, as in kustomize
+        for item in gen.get("literals", []):
+            key, _, value = item.partition("=")
+            data[key] = value
+        meta = {"name": gen["name"], "namespace": gen["namespace"]}
+        docs.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+    tags = {i["name"]: i.get("newTag") for i in kz.get("images", [])}
+    for _, container in _containers(docs):
+        if container["image"] in tags:
+            container["image"] = f"{container['image']}:{tags[container['image']]}"
+    return docs
+
+
+def _containers(docs: list[dict[str, Any]]) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    for doc in docs:
+        spec = doc.get("spec", {}).get("template", {}).get("spec")
+        if spec:
+            for c in spec.get("containers", []):
+                yield doc, c
+
+
+def _one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
+    return found[0]
+
+
+def _base_name(name: str) -> str:
+    """A generated ConfigMap's name without kustomize's content hash."""
+    return re.sub(r"-[a-z0-9]{10}$", "", name)
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return render_offline()
+
+
+def test_every_manifest_passes_the_kubernetes_api_schema(docs: list[dict[str, Any]]) -> None:
+    kinds = {d["kind"] for d in docs}
+    assert {"DaemonSet", "Deployment", "ClusterRole", "Role", "ConfigMap", "Namespace"} <= kinds
+    for version in KUBE_VERSIONS:
+        for doc in docs:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_schema_check_rejects_a_misspelt_field(docs: list[dict[str, Any]]) -> None:
+    ds = json.loads(json.dumps(_one(docs, "DaemonSet", "rankscope-agent")))
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    container["volumeMount"] = container.pop("volumeMounts")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(ds, KUBE_VERSIONS[-1], strict=True)
+
+
+def test_the_configmaps_are_the_repository_files(docs: list[dict[str, Any]]) -> None:
+    """One place per fact: the policy, the rules and the agent config are generated from the
+    files the package ships, never copied into deploy/."""
+    expected = {
+        "rankscope-recovery-policy": ("policy.yaml", ROOT / "streams/recovery/policy.yaml"),
+        "rankscope-redaction-rules": ("rules.yaml", ROOT / "redaction/rules.yaml"),
+        "rankscope-agent-config": ("agent.yaml", EXAMPLE_CONFIG),
+    }
+    for name, (key, path) in expected.items():
+        assert _one(docs, "ConfigMap", name)["data"] == {key: path.read_text()}
+    assert not list(KUBE.rglob("policy.yaml")) and not list(KUBE.rglob("rules.yaml"))
+
+
+def test_secrets_are_referenced_never_embedded(docs: list[dict[str, Any]]) -> None:
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    endpoints = _one(docs, "ConfigMap", "rankscope-endpoints")["data"]
+    assert not [k for k in endpoints if re.search(r"PASSWORD$|SECRET|_KEY$", k)]
+    assert not [v for v in endpoints.values() if "@" in v]  # no login in a URL
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="no kubectl (kustomize) here")
+def test_kubectl_kustomize_renders_the_same_objects(docs: list[dict[str, Any]]) -> None:
+    out = subprocess.run(
+        ["kubectl", "kustomize", "--load-restrictor", "LoadRestrictionsNone", str(KUBE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    real = [d for d in yaml.safe_load_all(out.stdout) if d]
+    key = lambda d: (d["kind"], d["metadata"].get("namespace"), _base_name(d["metadata"]["name"]))  # noqa: E731
+    assert sorted(map(key, real)) == sorted(map(key, docs))
+    for doc in real:
+        kubernetes_validate.validate(doc, KUBE_VERSIONS[-1], strict=True)
+        if doc["kind"] == "ConfigMap":
+            mine = _one(docs, "ConfigMap", _base_name(doc["metadata"]["name"]))
+            assert doc["data"] == mine["data"]
+    # kustomize renamed the generated ConfigMaps and every reference to them
+    names = {d["metadata"]["name"] for d in real if d["kind"] == "ConfigMap"}
+    refs = set(re.findall(r"name: (rankscope-(?:endpoints|agent-config|recovery-policy|"
+                          r"redaction-rules)\S*)", out.stdout))  # fmt: skip
+    assert refs == names
+
+
+# -- the agent DaemonSet mounts what the collectors read --------------------------------------
+
+
+def container_env(container: dict[str, Any], docs: list[dict[str, Any]]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it (fieldRefs: a node name)."""
+    env: dict[str, str] = {}
+    for src in container.get("envFrom", []):
+        if "configMapRef" in src:
+            env.update(_one(docs, "ConfigMap", src["configMapRef"]["name"])["data"])
+    for var in container.get("env", []):
+        ref = var.get("valueFrom", {})
+        if "value" in var:
+            env[var["name"]] = var["value"]
+        elif "fieldRef" in ref:
+            env[var["name"]] = "gpu-node-017"
+        elif "configMapKeyRef" in ref:
+            cm = _one(docs, "ConfigMap", ref["configMapKeyRef"]["name"])
+            env[var["name"]] = cm["data"][ref["configMapKeyRef"]["key"]]
+    return env
+
+
+def _agent_config_file(ds: dict[str, Any], docs: list[dict[str, Any]], tmp: Path) -> Path:
+    """The agent config the DaemonSet's --config names, taken from its ConfigMap volume."""
+    spec = ds["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    config = PurePosixPath(container["args"][container["args"].index("--config") + 1])
+    mount = next(m for m in container["volumeMounts"] if _under(config, m["mountPath"]))
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    data = _one(docs, "ConfigMap", volume["configMap"]["name"])["data"]
+    path = tmp / "agent.yaml"
+    path.write_text(data[config.name])
+    return path
+
+
+def daemonset_problems(ds: dict[str, Any], docs: list[dict[str, Any]], tmp: Path) -> list[str]:
+    """Why the DaemonSet does not give the agent what its effective config reads or writes."""
+    spec = ds["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    env = container_env(container, docs)
+    paths = agent_paths(env, _agent_config_file(ds, docs, tmp))
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    problems: list[str] = []
+    for p in paths:
+        what = f"{p.section}.{p.field} ({p.path})"
+        if p.section == "kubernetes" and _under(p.path, "/var/run/secrets/kubernetes.io"):
+            sa = _one(docs, "ServiceAccount", spec["serviceAccountName"])
+            if (
+                spec.get("automountServiceAccountToken", sa.get("automountServiceAccountToken"))
+                is False
+            ):
+                problems.append(f"{what}: the service-account token is not mounted")
+            continue
+        mounts = [m for m in container.get("volumeMounts", []) if _under(p.path, m["mountPath"])]
+        if not mounts:
+            problems.append(f"{what} is not mounted")
+            continue
+        mount = max(mounts, key=lambda m: len(m["mountPath"]))
+        host = volumes[mount["name"]].get("hostPath")
+        if host is None:
+            problems.append(f"{what} is mounted from {mount['name']}, not from the host")
+            continue
+        if mount["mountPath"].startswith("/host/") and host["path"] != mount["mountPath"][5:]:
+            problems.append(f"{what}: /host{host['path']} is not {mount['mountPath']}")
+        if p.write and mount.get("readOnly"):
+            problems.append(f"{what} is written but mounted read-only")
+        if not p.write and not mount.get("readOnly"):
+            problems.append(f"{what} is only read but mounted writable")
+    configured = _merge(
+        yaml.safe_load(_agent_config_file(ds, docs, tmp).read_text()), env_overrides(env)
+    )
+    nvidia = spec.get("runtimeClassName") == "nvidia" and env.get("NVIDIA_VISIBLE_DEVICES") == "all"
+    if configured.get("gpu") is not None and not nvidia:
+        problems.append("gpu: NVML needs the NVIDIA runtime and NVIDIA_VISIBLE_DEVICES=all")
+    return problems
+
+
+def test_the_agent_daemonset_mounts_what_the_collectors_read(
+    docs: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    ds = _one(docs, "DaemonSet", "rankscope-agent")
+    env = container_env(ds["spec"]["template"]["spec"]["containers"][0], docs)
+    found = {(p.section, p.field) for p in agent_paths(env, _agent_config_file(ds, docs, tmp_path))}
+    assert {("spool", "dir"), ("gpu", "proc_root"), ("fabric", "sysfs_root")} <= found
+    assert {("nccl_log", "paths"), ("kernel_log", "paths")} <= found
+    assert daemonset_problems(ds, docs, tmp_path) == []
+
+
+def _agent_mount_names(docs: list[dict[str, Any]]) -> list[str]:
+    ds = _one(docs, "DaemonSet", "rankscope-agent")
+    spec = ds["spec"]["template"]["spec"]
+    hostpaths = {v["name"] for v in spec["volumes"] if "hostPath" in v}
+    return [m["name"] for m in spec["containers"][0]["volumeMounts"] if m["name"] in hostpaths]
+
+
+@pytest.mark.parametrize("mount", _agent_mount_names(render_offline()))
+def test_removing_a_host_mount_is_noticed(
+    docs: list[dict[str, Any]], mount: str, tmp_path: Path
+) -> None:
+    ds = json.loads(json.dumps(_one(docs, "DaemonSet", "rankscope-agent")))
+    container = ds["spec"]["template"]["spec"]["containers"][0]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != mount]
+    assert daemonset_problems(ds, docs, tmp_path) != []
+
+
+def test_removing_the_nvidia_runtime_is_noticed(docs: list[dict[str, Any]], tmp_path: Path) -> None:
+    ds = json.loads(json.dumps(_one(docs, "DaemonSet", "rankscope-agent")))
+    del ds["spec"]["template"]["spec"]["runtimeClassName"]
+    assert any("NVML" in p for p in daemonset_problems(ds, docs, tmp_path))
+
+
+def test_the_agent_runs_with_least_privilege_and_bounded_resources(
+    docs: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    ds = _one(docs, "DaemonSet", "rankscope-agent")
+    spec = ds["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    sc = container["securityContext"]
+    assert sc["privileged"] is False and sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    kernel_log = AgentConfig.model_validate(
+        _merge(
+            yaml.safe_load(_agent_config_file(ds, docs, tmp_path).read_text()),
+            env_overrides(container_env(container, docs)),
+        )
+    ).collector_configs()["kernel_log"]
+    # SYSLOG only where /dev/kmsg is read; SYS_PTRACE for /proc/<pid>/environ (GPU -> job)
+    allowed = {"SYS_PTRACE"} | ({"SYSLOG"} if kernel_log.source in ("kmsg", "auto") else set())  # type: ignore[attr-defined]
+    assert set(sc["capabilities"]["add"]) <= allowed
+    assert container["resources"]["limits"]["cpu"] and container["resources"]["limits"]["memory"]
+    assert (
+        spec["priorityClassName"]
+        == _one(docs, "PriorityClass", spec["priorityClassName"])["metadata"]["name"]
+    )
+    assert spec["nodeSelector"] and spec["tolerations"]
+    assert not spec.get("hostPID") and not spec.get("hostNetwork")
+
+
+# -- RBAC: exactly the requests the code makes ------------------------------------------------
+
+#: (apiGroup, resource, verb, namespace or "*" for the whole cluster)
+Grant = tuple[str, str, str, str]
+
+
+def request_grant(method: str, path_query: str) -> Grant:
+    """The RBAC attributes of a REST request, as the API server derives them (Kubernetes docs,
+    "Authorization": request verbs; GET on a collection is list, or watch with ?watch=1;
+    DELETE on a collection is deletecollection)."""
+    split = urllib.parse.urlsplit(path_query)
+    query = urllib.parse.parse_qs(split.query)
+    parts = split.path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        group, rest = parts[1], parts[3:]
+    namespace = "*"
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    single = len(rest) > 1
+    verbs = {
+        ("GET", False): "watch" if query.get("watch") == ["1"] else "list",
+        ("GET", True): "get",
+        ("PATCH", True): "patch",
+        ("PUT", True): "update",
+        ("POST", False): "create",
+        ("DELETE", True): "delete",
+        ("DELETE", False): "deletecollection",
+    }
+    return group, resource, verbs[(method, single)], namespace
+
+
+def collector_requests(cfg: Any) -> list[tuple[str, str]]:
+    """The kubernetes collector's requests: each resource of ``_Watches.resources`` listed
+    (watch.py ``_list``) and then watched (``_watch``: ``watch=1``)."""
+    from rankscope.collectors.kubernetes.watch import _Watches
+
+    out: list[tuple[str, str]] = []
+    for res in _Watches.resources(SimpleNamespace(config=cfg)):  # type: ignore[arg-type]
+        out.append(("GET", f"{res.path}?{urllib.parse.urlencode(res.params)}"))
+        watch = dict(res.params, watch="1")
+        out.append(("GET", f"{res.path}?{urllib.parse.urlencode(watch)}"))
+    return out
+
+
+def actuator_requests(namespace: str) -> list[tuple[str, str]]:
+    """Every request the kubernetes actuator sends for every action (verification included),
+    recorded from the actuator itself answering as an API server that knows the node and job."""
+    from rankscope.schemas.derived import RecoveryAction, RecoveryEvent
+    from rankscope.sinks.actuators.cluster import KubernetesActuator, KubernetesConfig
+
+    sent: list[tuple[str, str]] = []
+
+    class Recording(KubernetesActuator):
+        def _call(
+            self, method: str, path: str, body: dict[str, object] | None
+        ) -> tuple[int | None, object]:
+            sent.append((method, path))
+            if path.startswith("/api/v1/nodes/"):
+                return 200, {"metadata": {"name": "node003"}}
+            return 200, {"items": [{"metadata": {"labels": {self.config.job_label: "81234"}}}]}
+
+    actuator = Recording(KubernetesConfig(namespace=namespace))
+    for action in typing.get_args(RecoveryAction):
+        decision = RecoveryEvent(
+            key="k1", stage="decided", action=action, cluster="c1", job_id="81234",
+            node="node003", rule="r", reason="test", trigger_id="inc1", attempt=1, ts=1,
+            mode="act",
+        )  # fmt: skip
+        actuator.execute(decision)
+    return sent
+
+
+def rbac_grants(docs: list[dict[str, Any]], sa: str) -> set[Grant]:
+    """What the ServiceAccount ``sa`` (namespace rankscope) may do, from every binding."""
+    grants: set[Grant] = set()
+    for binding in docs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(
+            s["kind"] == "ServiceAccount" and s["name"] == sa and s.get("namespace") == "rankscope"
+            for s in binding["subjects"]
+        ):
+            continue
+        ref = binding["roleRef"]
+        ns = binding["metadata"].get("namespace", "*")
+        role_ns = ns if ref["kind"] == "Role" else None
+        role = next(
+            d
+            for d in docs
+            if d["kind"] == ref["kind"]
+            and d["metadata"]["name"] == ref["name"]
+            and d["metadata"].get("namespace") == role_ns
+        )
+        if binding["kind"] == "ClusterRoleBinding":
+            ns = "*"
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        grants.add((group, resource, verb, ns))
+    return grants
+
+
+def required_grants(docs: list[dict[str, Any]]) -> dict[str, set[Grant]]:
+    """Per ServiceAccount: the grants the code of the pods running under it needs."""
+    need: dict[str, set[Grant]] = {}
+    for doc, container in _containers(docs):
+        spec = doc["spec"]["template"]["spec"]
+        sa = spec["serviceAccountName"]
+        args = container["args"]
+        requests: list[tuple[str, str]] = []
+        if args[0] == "agent":
+            from rankscope.collectors.kubernetes.config import KubernetesCollectorConfig
+
+            env = container_env(container, docs)
+            section = env_overrides(env).get("kubernetes")
+            if section is not None:
+                requests = collector_requests(KubernetesCollectorConfig.model_validate(section))
+        elif args[:2] == ["recovery", "run"] and "kubernetes" in args:
+            requests = actuator_requests(args[args.index("--namespace") + 1])
+        need.setdefault(sa, set()).update(request_grant(m, p) for m, p in requests)
+    return need
+
+
+def test_rbac_grants_exactly_what_the_collector_and_actuator_request(
+    docs: list[dict[str, Any]],
+) -> None:
+    need = required_grants(docs)
+    assert need["rankscope-agent"] == {
+        ("", r, v, "*") for r in ("pods", "nodes", "events") for v in ("list", "watch")
+    }
+    assert need["rankscope-recovery-runner"]  # the derivation saw the actuator's requests
+    for sa, grants in need.items():
+        assert rbac_grants(docs, sa) == grants, sa
+    bound = {
+        s["name"]
+        for d in docs
+        if d["kind"].endswith("Binding")
+        for s in d["subjects"]
+    }  # fmt: skip
+    assert bound <= set(need)  # no binding for an account no pod uses
+
+
+def test_no_rule_uses_a_wildcard(docs: list[dict[str, Any]]) -> None:
+    for doc in docs:
+        for rule in doc.get("rules", []) if doc["kind"] in ("Role", "ClusterRole") else []:
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (doc["metadata"]["name"], field)
+            assert "nonResourceURLs" not in rule and "resourceNames" not in rule
+
+
+def _rule_verbs(docs: list[dict[str, Any]]) -> list[tuple[str, int, str]]:
+    return [
+        (d["metadata"]["name"], i, verb)
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+        for i, rule in enumerate(d["rules"])
+        for verb in rule["verbs"]
+    ]
+
+
+@pytest.mark.parametrize(("role", "index", "verb"), _rule_verbs(render_offline()))
+def test_removing_a_verb_is_noticed(
+    docs: list[dict[str, Any]], role: str, index: int, verb: str
+) -> None:
+    changed = json.loads(json.dumps(docs))
+    for doc in changed:
+        if doc["kind"] in ("Role", "ClusterRole") and doc["metadata"]["name"] == role:
+            doc["rules"][index]["verbs"].remove(verb)
+    need = required_grants(changed)
+    assert any(rbac_grants(changed, sa) != grants for sa, grants in need.items())
+
+
+def test_workers_and_sinks_get_no_api_token(docs: list[dict[str, Any]]) -> None:
+    for name in ("rankscope-worker", "rankscope-sink"):
+        spec = _one(docs, "Deployment", name)["spec"]["template"]["spec"]
+        assert spec["automountServiceAccountToken"] is False
+        assert (
+            _one(docs, "ServiceAccount", spec["serviceAccountName"])["automountServiceAccountToken"]
+            is False
+        )
+
+
+def test_the_recovery_runner_is_a_singleton(docs: list[dict[str, Any]]) -> None:
+    runner = _one(docs, "Deployment", "rankscope-recovery-runner")
+    assert runner["spec"]["replicas"] == 1
+    assert runner["spec"]["strategy"] == {"type": "Recreate"}  # never two during a rollout
+    assert not [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    spec = runner["spec"]["template"]["spec"]
+    home = container_env(spec["containers"][0], docs)["RANKSCOPE_HOME"]
+    mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["mountPath"] == home)
+    volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+    claim = _one(docs, "PersistentVolumeClaim", volume["persistentVolumeClaim"]["claimName"])
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]  # the ledger survives the pod
+
+
+def test_every_pod_is_locked_down(docs: list[dict[str, Any]]) -> None:
+    for doc, container in _containers(docs):
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"]["drop"] == ["ALL"]
+        assert container["resources"]["limits"]["memory"], doc["metadata"]["name"]
+        pod = doc["spec"]["template"]["spec"]
+        if doc["kind"] != "DaemonSet":
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert not sc.get("capabilities", {}).get("add")
