@@ -771,3 +771,13 @@ def test_every_pod_is_locked_down(docs: list[dict[str, Any]]) -> None:
         if doc["kind"] != "DaemonSet":
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert not sc.get("capabilities", {}).get("add")
+
+
+def test_every_secret_the_manifests_reference_is_documented(docs: list[dict[str, Any]]) -> None:
+    text = json.dumps(docs)
+    names = set(re.findall(r'"secretName": "([^"]+)"', text))
+    names |= set(re.findall(r'"secretKeyRef": \{"name": "([^"]+)"', text))
+    assert names
+    guide = (ROOT / "docs" / "deploy.md").read_text()
+    documented = set(re.findall(r"`(rankscope-[a-z-]+)`", guide))
+    assert names <= documented, names - documented
