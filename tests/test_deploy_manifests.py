@@ -768,6 +768,7 @@ def test_every_pod_is_locked_down(docs: list[dict[str, Any]]) -> None:
         assert sc["capabilities"]["drop"] == ["ALL"]
         assert container["resources"]["limits"]["memory"], doc["metadata"]["name"]
         pod = doc["spec"]["template"]["spec"]
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         if doc["kind"] != "DaemonSet":
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert not sc.get("capabilities", {}).get("add")
@@ -781,3 +782,37 @@ def test_every_secret_the_manifests_reference_is_documented(docs: list[dict[str,
     guide = (ROOT / "docs" / "deploy.md").read_text()
     documented = set(re.findall(r"`(rankscope-[a-z-]+)`", guide))
     assert names <= documented, names - documented
+
+
+def _agent_check(config: Path, env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
+    """``rankscope agent --check`` (validates every section, starts nothing) under ``env``."""
+    exe = shutil.which("rankscope") or str(ROOT / ".venv" / "bin" / "rankscope")
+    base = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
+    out = subprocess.run(
+        [exe, "agent", "--config", str(config), "--check"],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout), out.stderr
+
+
+def test_the_real_agent_accepts_the_daemonsets_config(
+    docs: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    ds = _one(docs, "DaemonSet", "rankscope-agent")
+    env = container_env(ds["spec"]["template"]["spec"]["containers"][0], docs)
+    effective, log = _agent_check(_agent_config_file(ds, docs, tmp_path), env)
+    assert "collectors: gpu, fabric, nccl_log, kernel_log, kubernetes" in log
+    assert effective["node"] == "gpu-node-017"  # from the pod's spec.nodeName
+    assert effective["kafka"]["bootstrap"] == env["RANKSCOPE_BOOTSTRAP"]
+    assert effective["spool"]["dir"] == "/var/lib/rankscope/agent-spool"
+
+
+def test_the_real_agent_accepts_the_units_config(unit_text: str) -> None:
+    effective, log = _agent_check(EXAMPLE_CONFIG, unit_env(unit_text, ENV_EXAMPLE))
+    assert "config OK" in log
+    assert effective["cluster"] == "prod-east"
+    assert _under(PurePosixPath(effective["spool"]["dir"]), "/var/lib/rankscope")
