@@ -86,8 +86,9 @@ def agent_paths(env: Mapping[str, str], config_file: Path = EXAMPLE_CONFIG) -> l
     out.append(AgentPath("spool", "dir", PurePosixPath(spool_dir), True))
     for section, cfg in merged.collector_configs().items():
         wanted: frozenset[str] | None = None
-        if section == "kernel_log" and getattr(cfg, "source", "auto") != "auto":
-            wanted = KERNEL_LOG_SOURCE_FIELDS[cfg.source]  # type: ignore[attr-defined]
+        source = getattr(cfg, "source", "auto") if section == "kernel_log" else "auto"
+        if source != "auto":
+            wanted = KERNEL_LOG_SOURCE_FIELDS[source]
         for name in type(cfg).model_fields:
             if wanted is not None and name not in wanted:
                 continue
@@ -410,7 +411,10 @@ def test_kubectl_kustomize_renders_the_same_objects(docs: list[dict[str, Any]]) 
     )
     assert out.returncode == 0, out.stderr
     real = [d for d in yaml.safe_load_all(out.stdout) if d]
-    key = lambda d: (d["kind"], d["metadata"].get("namespace"), _base_name(d["metadata"]["name"]))  # noqa: E731
+
+    def key(d: dict[str, Any]) -> tuple[str, str | None, str]:
+        return d["kind"], d["metadata"].get("namespace"), _base_name(d["metadata"]["name"])
+
     assert sorted(map(key, real)) == sorted(map(key, docs))
     for doc in real:
         kubernetes_validate.validate(doc, KUBE_VERSIONS[-1], strict=True)
@@ -551,7 +555,8 @@ def test_the_agent_runs_with_least_privilege_and_bounded_resources(
         )
     ).collector_configs()["kernel_log"]
     # SYSLOG only where /dev/kmsg is read; SYS_PTRACE for /proc/<pid>/environ (GPU -> job)
-    allowed = {"SYS_PTRACE"} | ({"SYSLOG"} if kernel_log.source in ("kmsg", "auto") else set())  # type: ignore[attr-defined]
+    kmsg = getattr(kernel_log, "source", "auto") in ("kmsg", "auto")
+    allowed = {"SYS_PTRACE"} | ({"SYSLOG"} if kmsg else set())
     assert set(sc["capabilities"]["add"]) <= allowed
     assert container["resources"]["limits"]["cpu"] and container["resources"]["limits"]["memory"]
     assert (
@@ -602,6 +607,7 @@ def collector_requests(cfg: Any) -> list[tuple[str, str]]:
     from rankscope.collectors.kubernetes.watch import _Watches
 
     out: list[tuple[str, str]] = []
+    # resources() reads only self.config
     for res in _Watches.resources(SimpleNamespace(config=cfg)):  # type: ignore[arg-type]
         out.append(("GET", f"{res.path}?{urllib.parse.urlencode(res.params)}"))
         watch = dict(res.params, watch="1")
