@@ -16,6 +16,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import typing
 import urllib.parse
 from collections.abc import Iterator, Mapping
@@ -37,6 +38,8 @@ UNIT = DEPLOY / "systemd" / "rankscope-agent.service"
 ENV_EXAMPLE = DEPLOY / "systemd" / "agent.env.example"
 KUBE = DEPLOY / "kubernetes"
 EXAMPLE_CONFIG = ROOT / "rankscope" / "examples" / "agent.yaml"
+#: the CLI installed beside the interpreter running the tests (the venv's)
+RANKSCOPE = Path(sys.executable).parent / "rankscope"
 
 # -- what the agent's config makes it read and write ------------------------------------------
 
@@ -273,7 +276,7 @@ def verify_complaints(unit_text: str, tmp_path: Path) -> list[str]:
     """What ``systemd-analyze verify`` says about the unit, beyond keys newer than this systemd.
     ExecStart must be executable for verify: this environment's rankscope stands in for
     /usr/local/bin/rankscope."""
-    exe = shutil.which("rankscope") or str(ROOT / ".venv" / "bin" / "rankscope")
+    exe = str(RANKSCOPE)
     unit = tmp_path / "rankscope-agent.service"
     unit.write_text(unit_text.replace("/usr/local/bin/rankscope", exe))
     out = subprocess.run(
@@ -792,7 +795,7 @@ def test_every_secret_the_manifests_reference_is_documented(docs: list[dict[str,
 
 def _agent_check(config: Path, env: Mapping[str, str]) -> tuple[dict[str, Any], str]:
     """``rankscope agent --check`` (validates every section, starts nothing) under ``env``."""
-    exe = shutil.which("rankscope") or str(ROOT / ".venv" / "bin" / "rankscope")
+    exe = str(RANKSCOPE)
     base = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "LANG": "C.UTF-8"}
     out = subprocess.run(
         [exe, "agent", "--config", str(config), "--check"],
