@@ -256,3 +256,29 @@ def test_a_record_mixing_jobs_splits_per_job_and_each_split_is_its_own_source() 
 def test_round_trip_through_the_official_classes() -> None:
     data = traces((resource(host__name="n"), [span(9, 9, T0)]))
     assert TracesData.FromString(encode(data, "otlp_proto")) == data
+
+
+def test_the_example_collector_configuration_writes_where_the_worker_reads() -> None:
+    import yaml
+
+    from rankscope.schemas.topics import DEFAULT_OTLP_LOGS_TOPICS, DEFAULT_OTLP_TRACES_TOPICS
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "examples" / "otel-collector" / "config.yaml").read_text())
+    kafka = cfg["exporters"]["kafka"]
+    assert kafka["traces"]["topic"] in DEFAULT_OTLP_TRACES_TOPICS
+    assert kafka["logs"]["topic"] in DEFAULT_OTLP_LOGS_TOPICS
+    assert {kafka["traces"]["encoding"], kafka["logs"]["encoding"]} == set(ENCODINGS)
+    pipelines = cfg["service"]["pipelines"]
+    assert pipelines["logs"]["receivers"] == ["filelog/training"]
+    assert all("kafka" in p["exporters"] for p in pipelines.values())
+    # the path regex of the filelog receiver gives the job and rank rankscope reads
+    import re
+
+    ops = cfg["receivers"]["filelog/training"]["operators"]
+    m = re.match(ops[0]["regex"], "/var/log/training/job-7/rank-12.log")
+    assert m is not None and m.groupdict() == {"job": "job-7", "rank": "12"}
+    assert {op["to"] for op in ops[1:]} == {
+        'resource["rankscope.job_id"]',
+        'resource["rankscope.rank"]',
+    }
