@@ -45,7 +45,7 @@ from rankscope.streams.otlp.wire import parse_otlp
 __all__ = ["LogsDecoded", "decode_otlp_logs"]
 
 LOG_FILE_KEYS: tuple[str, ...] = ("log.file.path", "log.file.name")
-_MAX_LINE_CHARS = 65_536  # the agent's collector default max_line_bytes is of this order
+_MAX_LINE_CHARS = 16_384  # as the agent's NCCL log collector (max_line_bytes default)
 
 
 @dataclass
