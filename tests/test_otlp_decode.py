@@ -282,3 +282,47 @@ def test_the_example_collector_configuration_writes_where_the_worker_reads() -> 
         'resource["rankscope.job_id"]',
         'resource["rankscope.rank"]',
     }
+
+
+# ---------------------------------------------------------------------------- a real Collector
+
+
+@pytest.mark.parametrize("encoding", ENCODINGS)
+def test_records_a_real_collector_wrote_decode(encoding: str) -> None:
+    """Written by a Collector v0.165.0 built from examples/otel-collector/builder-manifest.yaml,
+    running the example configuration (tests/data/otlp_collector/record_collector_output.py)."""
+    ext = "json" if encoding == "otlp_json" else "bin"
+    rec = DATA / "recorded"
+    raw_traces = (rec / f"traces.{encoding}.{ext}").read_bytes()
+    raw_logs = (rec / f"logs.{encoding}.{ext}").read_bytes()
+    assert detect_encoding(raw_traces) == detect_encoding(raw_logs) == encoding
+    (ev,), reasons = decode_otlp_traces(raw_traces, observed_ns=OBSERVED)
+    assert reasons == []
+    assert (ev.job_id, ev.node, ev.payload.trace_id, ev.payload.step) == (
+        "job-7",
+        "gpu-a03",
+        f"{0xABC:032x}",
+        3,
+    )
+    out = decode_otlp_logs(raw_logs, observed_ns=OBSERVED)
+    assert out.reasons == [] and out.ignored == 2  # the NCCL INFO line, the progress bar
+    got = [
+        (e.job_id, e.rank, e.node, e.cluster, e.gpu, e.payload.event_type, e.payload.seq)
+        for e in out.events
+    ]
+    assert got == [
+        ("job-7", 0, "gpu-a03", "train-cluster-1", 4, "net_ib_error", None),
+        ("job-7", 0, "gpu-a03", "train-cluster-1", None, "watchdog_timeout", 808),
+        ("job-7", 1, "gpu-a03", "train-cluster-1", None, "watchdog_timeout", 808),
+        ("job-7", 1, "gpu-a03", "train-cluster-1", None, "other", 808),
+    ]
+    # the time is the filelog receiver's read time, not the worker's clock
+    assert all(e.ts != OBSERVED and e.ts > 1_700_000_000 * 10**9 for e in out.events)
+    assert out.events[0].payload.log_file.endswith("/job-7/rank-0.log")
+
+
+def test_both_encodings_of_one_collector_batch_give_the_same_events() -> None:
+    rec = DATA / "recorded"
+    proto = decode_otlp_logs((rec / "logs.otlp_proto.bin").read_bytes(), observed_ns=OBSERVED)
+    as_json = decode_otlp_logs((rec / "logs.otlp_json.json").read_bytes(), observed_ns=OBSERVED)
+    assert proto.events == as_json.events
