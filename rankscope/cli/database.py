@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
     ClickHouseOpt,
     DatabaseOpt,
@@ -25,7 +26,7 @@ from rankscope.cli.options import (
 def migrate(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
     ttl_days: Annotated[
         int | None,
         typer.Option(help="Retention for every table, in days (0: keep forever)."),
@@ -79,7 +80,7 @@ def query(
     ] = None,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
     fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
 ) -> None:
     """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse, as

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
     ClickHouseOpt,
     DatabaseOpt,
@@ -23,7 +24,7 @@ def incidents(
     limit: int = 20,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
     report_dir: Annotated[
         Path | None,
         typer.Option(help="Also write the job's report (HTML and Markdown) here; needs --job."),

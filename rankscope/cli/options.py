@@ -16,60 +16,69 @@ from rankscope.sinks.access import RoleName
 console = Console()
 err = Console(stderr=True)
 
+
+def env_name(field: str) -> str:
+    """The one environment variable of a common setting: ``RANKSCOPE_<FIELD>`` of
+    :class:`~rankscope.settings.Settings`, so a flag and the settings model cannot disagree."""
+    if field not in Settings.model_fields:
+        raise KeyError(f"{field!r} is not a field of rankscope.settings.Settings")
+    return f"{Settings.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _default(field: str) -> object:
+    return Settings.model_fields[field].default
+
+
+#: the defaults every command shares (the settings model's)
+DEFAULT_PREFIX = str(_default("topic_prefix"))
+DEFAULT_DATABASE = str(_default("database"))
+
 BootstrapOpt = Annotated[
     str | None,
     typer.Option(
         "--bootstrap",
-        envvar="RANKSCOPE_BOOTSTRAP",
-        help="Kafka bootstrap servers. Omit to use (and start) the local broker.",
+        envvar=env_name("bootstrap"),
+        help="Kafka bootstrap servers (host:port,...). Omit: the local broker of --home "
+        "(`rankscope services up`; demo and eval start one).",
+        show_default=False,
     ),
-]
-#: for the commands that join a running pipeline rather than start a local one
-RequiredBootstrapOpt = Annotated[
-    str, typer.Option("--bootstrap", envvar="RANKSCOPE_BOOTSTRAP", help="Kafka bootstrap servers.")
 ]
 ClickHouseOpt = Annotated[
     str | None,
     typer.Option(
         "--clickhouse-url",
-        envvar="RANKSCOPE_CLICKHOUSE_URL",
-        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path); omit: local engine.",
-    ),
-]
-RequiredClickHouseOpt = Annotated[
-    str,
-    typer.Option(
-        "--clickhouse-url",
-        envvar="RANKSCOPE_CLICKHOUSE_URL",
-        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path).",
+        envvar=env_name("clickhouse_url"),
+        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path). Omit: the local "
+        "engine of --home.",
+        show_default=False,
     ),
 ]
 HomeOpt = Annotated[
     Path,
-    typer.Option("--home", envvar="RANKSCOPE_HOME", help="State directory (data, logs, pids)."),
+    typer.Option("--home", envvar=env_name("home"), help="State directory (data, logs, pids)."),
 ]
 PrefixOpt = Annotated[
-    str, typer.Option("--topic-prefix", envvar="RANKSCOPE_TOPIC_PREFIX", help="Topic namespace.")
+    str, typer.Option("--topic-prefix", envvar=env_name("topic_prefix"), help="Topic namespace.")
 ]
 DatabaseOpt = Annotated[
-    str, typer.Option("--database", envvar="RANKSCOPE_DATABASE", help="ClickHouse database.")
+    str, typer.Option("--database", envvar=env_name("database"), help="ClickHouse database.")
 ]
 RulesOpt = Annotated[
     Path | None,
     typer.Option(
-        "--rules", envvar="RANKSCOPE_REDACTION_RULES", help="Rules file (default: packaged)."
+        "--rules", envvar=env_name("redaction_rules"), help="Rules file (default: packaged)."
     ),
 ]
 
-DEFAULT_HOME = Path(".rankscope")
+DEFAULT_HOME = Path(str(_default("home")))
 
 
 def make_settings(
     home: Path,
     bootstrap: str | None = None,
     clickhouse_url: str | None = None,
-    prefix: str = "rankscope",
-    database: str = "rankscope",
+    prefix: str = DEFAULT_PREFIX,
+    database: str = DEFAULT_DATABASE,
 ) -> Settings:
     """The operator's settings from a command's options."""
     return Settings(
@@ -78,6 +87,21 @@ def make_settings(
         clickhouse_url=clickhouse_url,
         topic_prefix=prefix,
         database=database,
+    )
+
+
+def local_bootstrap(home: Path) -> str:
+    """The local broker of ``home`` (``rankscope services up``) for a command given no
+    --bootstrap; a clear usage error when none runs."""
+    from rankscope.services import ServiceManager
+
+    kafka = ServiceManager(home).status().get("kafka") or {}
+    if kafka.get("running") and kafka.get("endpoint"):
+        return str(kafka["endpoint"])
+    raise typer.BadParameter(
+        f"no local broker runs under {home}: pass --bootstrap (or set {env_name('bootstrap')}) "
+        "or start one with `rankscope services up`",
+        param_hint="--bootstrap",
     )
 
 

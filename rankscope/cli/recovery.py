@@ -12,13 +12,16 @@ import typer
 from rich.table import Table
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
+    DEFAULT_PREFIX,
+    BootstrapOpt,
     ClickHouseOpt,
     DatabaseOpt,
     HomeOpt,
     PrefixOpt,
-    RequiredBootstrapOpt,
     console,
+    local_bootstrap,
     local_clickhouse_url,
 )
 
@@ -34,7 +37,7 @@ def history(
     hours: Annotated[int, typer.Option(help="Look back this many hours.")] = 24,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
 ) -> None:
     """Every recovery decision, suppression and outcome, newest first (from ClickHouse)."""
     from rankscope.sinks.clickhouse import connect
@@ -59,7 +62,7 @@ def history(
     console.print(f"{len(rows)} record(s)")
 
 
-def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path) -> None:
+def _control(bootstrap: str | None, prefix: str, paused: bool, reason: str, home: Path) -> None:
     import getpass
 
     from confluent_kafka import Producer
@@ -69,6 +72,7 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path)
     from rankscope.schemas.topics import Topics
     from rankscope.streams.recovery.signing import load_keyring
 
+    bootstrap = bootstrap or local_bootstrap(home)
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
     command = load_keyring(home / "recovery.key").sign(command)  # the decider obeys only these
     topics = Topics(prefix)
@@ -86,9 +90,9 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path)
 
 @recovery_app.command()
 def pause(
-    bootstrap: RequiredBootstrapOpt,
+    bootstrap: BootstrapOpt = None,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Stop automated actions: the decider records matches as suppressed until resumed."""
@@ -98,9 +102,9 @@ def pause(
 
 @recovery_app.command()
 def resume(
-    bootstrap: RequiredBootstrapOpt,
+    bootstrap: BootstrapOpt = None,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Let the decider act again."""
@@ -110,8 +114,8 @@ def resume(
 
 @recovery_app.command()
 def status(
-    bootstrap: RequiredBootstrapOpt,
-    prefix: PrefixOpt = "rankscope",
+    bootstrap: BootstrapOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Paused or not (the latest signed control command), and the actions by stage."""
@@ -123,6 +127,7 @@ def status(
     from rankscope.schemas.topics import Topics
     from rankscope.streams.recovery.signing import load_keyring
 
+    bootstrap = bootstrap or local_bootstrap(home)
     check_access(bootstrap)  # a refused login: one line, not a traceback
     topics = Topics(prefix)
     control = [
@@ -153,8 +158,8 @@ def status(
 
 @recovery_app.command()
 def run(
-    bootstrap: RequiredBootstrapOpt,
-    prefix: PrefixOpt = "rankscope",
+    bootstrap: BootstrapOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
     actuator: Annotated[
         str, typer.Option(help="dry-run, webhook, slurm or kubernetes")
@@ -204,6 +209,7 @@ def run(
     from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
     from rankscope.streams.recovery.signing import load_keyring
 
+    bootstrap = bootstrap or local_bootstrap(home)
     act: Actuator
     pager: Actuator = (
         WebhookActuator(WebhookConfig(url=webhook_url)) if webhook_url else DryRunActuator()

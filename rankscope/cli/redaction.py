@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
     ClickHouseOpt,
     DatabaseOpt,
@@ -112,7 +113,7 @@ def audit(
     ] = "kind,field,entity,action",
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
 ) -> None:
     """What redaction found and did: counts per kind, field, entity and rule (never values)."""
     from rankscope.sinks.clickhouse import check_database_name, connect
