@@ -4,11 +4,18 @@ into settings or a ClickHouse URL. It imports none of the command modules."""
 
 from __future__ import annotations
 
+import csv
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from rankscope.settings import Settings
 from rankscope.sinks.access import RoleName
@@ -148,3 +155,49 @@ WorkersOpt = Annotated[
         "findings do not depend on how many).",
     ),
 ]
+
+
+class OutputFormat(StrEnum):
+    """How a listing command prints its rows: for people, or for jq and spreadsheets."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format",
+        case_sensitive=False,
+        help="table (for people), json (a list of objects) or csv (a header row, then rows).",
+    ),
+]
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON and CSV carry it: times in ISO 8601, the rest as the database gave it."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def render(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    fmt: OutputFormat,
+    title: str | None = None,
+) -> None:
+    """Every listing command's rows, in ``fmt``, on stdout (json and csv: nothing else)."""
+    if fmt is OutputFormat.json:
+        out = [dict(zip(columns, map(_plain, r), strict=True)) for r in rows]
+        typer.echo(json.dumps(out, indent=2, default=str))
+    elif fmt is OutputFormat.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([_plain(v) for v in r] for r in rows)
+    else:
+        table = Table(*columns, title=title)
+        for r in rows:
+            table.add_row(*("" if v is None else str(v) for v in r))
+        console.print(table)

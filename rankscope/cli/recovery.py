@@ -18,11 +18,14 @@ from rankscope.cli.options import (
     BootstrapOpt,
     ClickHouseOpt,
     DatabaseOpt,
+    FormatOpt,
     HomeOpt,
+    OutputFormat,
     PrefixOpt,
     console,
     local_bootstrap,
     local_clickhouse_url,
+    render,
 )
 
 recovery_app = typer.Typer(
@@ -38,6 +41,7 @@ def history(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
     database: DatabaseOpt = DEFAULT_DATABASE,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Every recovery decision, suppression and outcome, newest first (from ClickHouse)."""
     from rankscope.sinks.clickhouse import connect
@@ -46,6 +50,10 @@ def history(
     client = connect(clickhouse_url or local_clickhouse_url(home))
     values = {"job_id": job or "", "hours": str(hours)}
     rows = list(run_query(client, "recovery_history", database, values).named_results())
+    if fmt is not OutputFormat.table:
+        columns = list(rows[0]) if rows else []
+        render(columns, [list(r.values()) for r in rows], fmt)
+        return
     table = Table("time (UTC)", "job", "action", "stage", "try", "where", "why", title="recovery")
     for r in rows:
         where = r["node"] + (f" rank {r['rank']}" if r["rank"] >= 0 else "")
@@ -117,8 +125,10 @@ def status(
     bootstrap: BootstrapOpt = None,
     prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Paused or not (the latest signed control command), and the actions by stage."""
+    """Paused or not (the latest signed control command), and the actions by stage (json and
+    csv: one row per stage, with the state on each)."""
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
@@ -142,18 +152,18 @@ def status(
     events = [RecoveryEvent.model_validate_json(v) for v in read_topic(bootstrap, topics.recovery)]
     latest = signed[-1] if signed else None
     state = "paused" if latest and latest.paused else "active"
+    last_stage: dict[str, str] = {}
+    for e in events:
+        last_stage[e.key] = e.stage
+    counts = sorted(Counter(last_stage.values()).items())
+    if fmt is not OutputFormat.table:
+        render(("state", "latest_stage", "actions"), [(state, s, n) for s, n in counts], fmt)
+        return
     by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
     console.print(f"recovery is [bold]{state}[/]{by}")
     if len(signed) < len(control):
         console.print(f"{len(control) - len(signed)} unsigned or forged command(s) ignored")
-    last_stage: dict[str, str] = {}
-    for e in events:
-        last_stage[e.key] = e.stage
-    counts = Counter(last_stage.values())
-    table = Table("latest stage", "actions")
-    for stage_name, n in sorted(counts.items()):
-        table.add_row(stage_name, str(n))
-    console.print(table)
+    render(("latest stage", "actions"), counts, fmt)
 
 
 @recovery_app.command()

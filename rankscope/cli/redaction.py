@@ -13,10 +13,13 @@ from rankscope.cli.options import (
     DEFAULT_HOME,
     ClickHouseOpt,
     DatabaseOpt,
+    FormatOpt,
     HomeOpt,
+    OutputFormat,
     RulesOpt,
     console,
     local_clickhouse_url,
+    render,
 )
 
 redaction_app = typer.Typer(
@@ -114,6 +117,7 @@ def audit(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
     database: DatabaseOpt = DEFAULT_DATABASE,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """What redaction found and did: counts per kind, field, entity and rule (never values)."""
     from rankscope.sinks.clickhouse import check_database_name, connect
@@ -143,6 +147,10 @@ def audit(
         + " AND ts >= now() - toIntervalSecond({secs:UInt64})",
         parameters=params,
     ).result_rows[0][0]
+    if fmt is not OutputFormat.table:
+        names = [*cols, "findings", "first", "last"]
+        render(names, [[r[c] for c in names] for r in rows], fmt)
+        return
     table = Table(*cols, "findings", "windows (UTC)", title="redaction audit")
     for r in rows:
         first, last = (f"{r[k]:%m-%d %H:%M}" for k in ("first", "last"))
