@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rankscope.cli.errors import EXIT_INPUT, EXIT_UNREACHABLE
+from rankscope.cli.options import EXIT_INPUT, EXIT_UNREACHABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 

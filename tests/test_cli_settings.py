@@ -16,8 +16,7 @@ import pytest
 import typer
 
 from rankscope.cli import app
-from rankscope.cli.errors import EXIT_INPUT, EXIT_UNREACHABLE
-from rankscope.cli.options import env_name
+from rankscope.cli.options import EXIT_INPUT, EXIT_UNREACHABLE, env_name
 from rankscope.collectors.agent.config import COMMON_ENV, AgentConfig
 from rankscope.settings import Settings
 

@@ -1,6 +1,7 @@
 """The CLI's failure contract: known failures become one readable line on stderr and an exit
-code from :data:`EXIT_CODES`, so an operator (or a systemd unit, or CI) sees what to fix instead
-of a few hundred lines of traceback. ``--debug`` (or ``RANKSCOPE_DEBUG=1``) keeps the traceback.
+code from ``rankscope.cli.options.EXIT_CODES``, so an operator (or a systemd unit, or CI) sees
+what to fix instead of a few hundred lines of traceback. ``--debug`` (or ``RANKSCOPE_DEBUG=1``)
+keeps the traceback.
 
 Only failures an operator can act on are translated (a service down, a login refused, a missing
 file, invalid settings); anything else is a bug and keeps its traceback.
@@ -11,21 +12,9 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-__all__ = ["EXIT_CHECK_FAILED", "EXIT_CODES", "EXIT_INPUT", "EXIT_UNREACHABLE", "explain"]
+from rankscope.cli.options import EXIT_INPUT, EXIT_UNREACHABLE
 
-EXIT_CHECK_FAILED = 1
-EXIT_INPUT = 2
-EXIT_UNREACHABLE = 3
-
-#: the exit codes every command shares (the README's CLI section lists them)
-EXIT_CODES: dict[int, str] = {
-    0: "done; every check passed",
-    EXIT_CHECK_FAILED: "a check failed: eval below --min-accuracy, a redaction review gate, "
-    "the demo's checks",
-    EXIT_INPUT: "bad usage or input: an unknown option or value, invalid settings or config, a "
-    "missing file",
-    EXIT_UNREACHABLE: "a service could not be reached or refused the login (Kafka, ClickHouse)",
-}
+__all__ = ["explain"]
 
 #: ``[Errno 111] Connection refused`` / ``timed out`` inside a client library's long message
 _ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")]+)")

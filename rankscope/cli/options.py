@@ -20,6 +20,20 @@ from rich.table import Table
 from rankscope.settings import Settings
 from rankscope.sinks.access import RoleName
 
+EXIT_CHECK_FAILED = 1
+EXIT_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+#: the exit codes every command shares (the README's CLI section lists them)
+EXIT_CODES: dict[int, str] = {
+    0: "done; every check passed",
+    EXIT_CHECK_FAILED: "a check failed: eval below --min-accuracy, a redaction review gate, "
+    "the demo's checks",
+    EXIT_INPUT: "bad usage or input: an unknown option or value, invalid settings or config, a "
+    "missing file",
+    EXIT_UNREACHABLE: "a service could not be reached or refused the login (Kafka, ClickHouse)",
+}
+
 console = Console()
 err = Console(stderr=True)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from rankscope.cli.options import (
     DEFAULT_DATABASE,
     DEFAULT_HOME,
+    EXIT_CHECK_FAILED,
     ClickHouseOpt,
     DatabaseOpt,
     FormatOpt,
@@ -18,6 +19,7 @@ from rankscope.cli.options import (
     OutputFormat,
     RulesOpt,
     console,
+    err,
     local_clickhouse_url,
     render,
 )
@@ -62,8 +64,8 @@ def review(
 ) -> None:
     """Measure the rules on the labelled corpus and write the security review report.
 
-    Exits 1 when a recall or false-positive threshold of the rules file is not met, so CI can
-    gate on it.
+    Exits 1 when a recall or false-positive threshold of the rules file (``thresholds:``) is not
+    met, or the pre-filter changed findings, so CI can gate on it.
     """
     from rankscope.redaction.engine import PresidioRedactor
     from rankscope.redaction.report import write_review
@@ -104,7 +106,12 @@ def review(
     if changes:
         console.print(f"{len(changes)} change(s) since {since}")
     console.print(f"report: [bold]{paths.html}[/] (and .md, .json)")
-    raise typer.Exit(0 if ev.passed else 1)
+    if not ev.passed:
+        failed = [g.name for g in ev.gates if not g.passed]
+        if ev.prefilter_disagreements:
+            failed.append("pre-filter agreement")
+        err.print(f"rankscope: redaction review: failed {len(failed)} gate(s): {', '.join(failed)}")
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 @redaction_app.command()
