@@ -143,3 +143,28 @@ def test_redaction_review_exits_1_below_its_gates(tmp_path: Path, small_corpus: 
     )  # fmt: skip
     assert passed.returncode == 0, passed.stderr[-2000:]
     assert "rankscope: redaction review: failed" not in passed.stderr
+
+
+def test_the_demo_checks_fail_on_what_was_not_stored(services: Services) -> None:
+    """``rankscope demo`` exits with 1 when one of these fails; checked here on the demo's job
+    loaded into the real engine, and on a job that never arrived."""
+    from collections import Counter
+
+    from rankscope.demo import demo_checks
+    from rankscope.sinks.clickhouse import connect
+    from tests.demo_data import load_demo
+
+    client = connect(services.clickhouse_url)
+    db = f"dc{uuid.uuid4().hex[:10]}"
+    data = load_demo(client, db)
+    produced = Counter({"span": 100, "gpu_sample": 100})
+    assert demo_checks(client, db, data.job_id, produced, 3, expect_incident=True) == []
+
+    failed = demo_checks(client, db, "never-arrived", produced, 10**6, expect_incident=True)
+    assert failed[:2] == [
+        f"none of the 100 gpu_sample events reached {db}.gpu_samples",
+        f"none of the 100 span events reached {db}.spans",
+    ]
+    assert failed[2].startswith("1000000 malformed records injected, ")
+    assert failed[2].endswith(" dead letter(s) stored")
+    assert failed[3:] == ["a fault was injected but no incident was found"]
