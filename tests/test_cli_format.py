@@ -9,6 +9,7 @@ import io
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -111,3 +112,19 @@ def test_an_unknown_format_is_a_usage_error(command: list[str]) -> None:
     result = CliRunner().invoke(app, [*command, "--format", "yaml"])
     assert result.exit_code == 2
     assert "Invalid value for '--format'" in " ".join(result.output.replace("│", " ").split())
+
+
+def test_recovery_status_json_and_csv(services: Services, tmp_path: Path) -> None:
+    """On a real broker: a fresh namespace has no action yet, and says it is active."""
+    from rankscope.kafka_admin import create_pipeline_topics
+    from rankscope.schemas.topics import Topics
+
+    tag = f"t{uuid.uuid4().hex[:10]}"
+    create_pipeline_topics(services.bootstrap, Topics(tag), 1)
+    args = ["recovery", "status", "--bootstrap", services.bootstrap, "--topic-prefix", tag]
+    args += ["--home", str(tmp_path)]
+    as_json = CliRunner().invoke(app, [*args, "--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout) == [{"state": "active", "latest_stage": "", "actions": 0}]
+    as_csv = CliRunner().invoke(app, [*args, "--format", "csv"])
+    assert as_csv.stdout.splitlines() == ["state,latest_stage,actions", "active,,0"]

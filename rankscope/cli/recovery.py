@@ -128,7 +128,7 @@ def status(
     fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Paused or not (the latest signed control command), and the actions by stage (json and
-    csv: one row per stage, with the state on each)."""
+    csv: one row per stage, the state on each; one row with no stage before any action)."""
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
@@ -157,7 +157,9 @@ def status(
         last_stage[e.key] = e.stage
     counts = sorted(Counter(last_stage.values()).items())
     if fmt is not OutputFormat.table:
-        render(("state", "latest_stage", "actions"), [(state, s, n) for s, n in counts], fmt)
+        # no action yet: one row with no stage, so the state is always in the output
+        rows = [(state, s, n) for s, n in counts] or [(state, "", 0)]
+        render(("state", "latest_stage", "actions"), rows, fmt)
         return
     by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
     console.print(f"recovery is [bold]{state}[/]{by}")
