@@ -30,8 +30,8 @@ from enum import StrEnum
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-from sqlglot.dialects.dialect import Dialect
 from sqlglot import Token, TokenType
+from sqlglot.dialects.dialect import Dialect
 
 #: rows of one job stay on one shard: a job's queries read one shard's parts, and a re-delivered
 #: row (same job_id) lands where its first copy is, so ReplacingMergeTree still collapses it
