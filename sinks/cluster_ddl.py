@@ -376,7 +376,7 @@ class ClusterRenderer:
         tdb, target, t_start, t_end, after_to = s.name_at(after + 1)
         if self._is_storage(tdb, target):
             edits.append(_Edit(t_start, t_end, self._local_ref(tdb, target)))
-        from_at = s.find("FROM", after_to, depth0=False)
+        from_at = s.find("FROM", after_to)  # the outer query's, not a subquery's
         if from_at is not None and s.tokens[from_at + 1].token_type is not TokenType.L_PAREN:
             sdb, src, s_start, s_end, _ = s.name_at(from_at + 1)
             if self._is_storage(sdb, src):

@@ -155,6 +155,18 @@ def test_materialized_views_read_and_write_local_tables(formatted: list[str]) ->
     assert plain and all("_local" not in v for v in plain)  # views read the Distributed tables
 
 
+def test_a_view_fires_on_its_outer_from_table_only() -> None:
+    r = ClusterRenderer(SPEC, DB)
+    for t in ("a", "b", "c"):
+        r.render(f"CREATE TABLE rankscope.{t} (job_id String) ENGINE = MergeTree ORDER BY job_id")
+    mv = r.render(
+        "CREATE MATERIALIZED VIEW rankscope.mv TO rankscope.c AS SELECT job_id, "
+        "(SELECT count() FROM rankscope.b) AS n FROM rankscope.a"
+    )[0]
+    assert "TO rankscope.c_local" in mv and "FROM rankscope.a_local" in mv
+    assert "FROM rankscope.b)" in mv  # a lookup reads the whole cluster
+
+
 def test_column_changes_reach_both_tables_indexes_only_the_local_one() -> None:
     r = ClusterRenderer(SPEC, DB)
     r.render("CREATE TABLE rankscope.t (job_id String, a Int32) ENGINE = MergeTree ORDER BY a")
