@@ -147,7 +147,7 @@ def test_every_storage_table_has_a_distributed_twin_with_the_plain_name(
 
 def test_materialized_views_read_and_write_local_tables(formatted: list[str]) -> None:
     views = [f for f in formatted if f.startswith("CREATE MATERIALIZED VIEW")]
-    assert len(views) == 4
+    assert len(views) >= 4  # 0007 has four; later migrations may add more
     for v in views:
         assert re.search(r" TO rankscope\.\w+_local\b", v), v
         assert re.search(r"FROM rankscope\.\w+_local\b", v), v
