@@ -86,11 +86,18 @@ def test_false_positives_on_telemetry_look_alikes(evaluation: Evaluation) -> Non
     assert flagged == {}
 
 
-def test_the_gates_pass_and_nothing_labelled_survives(evaluation: Evaluation) -> None:
+def test_the_gates_pass_and_only_missed_values_survive(evaluation: Evaluation) -> None:
     assert [(g.name, g.measured) for g in evaluation.gates if not g.passed] == []
     assert evaluation.prefilter_disagreements == []
-    leaked = {n: m.leaked for n, m in evaluation.entities.items() if m.leaked}
-    assert leaked == {}
+    # a value counted as caught is never readable afterwards; cards and addresses never leak
+    over = {
+        n: (m.leaked, m.labelled - m.caught)
+        for n, m in evaluation.entities.items()
+        if m.leaked > m.labelled - m.caught
+    }
+    assert over == {}
+    assert evaluation.entities["CREDIT_CARD"].leaked == 0
+    assert evaluation.entities["IP_ADDRESS"].leaked == 0
 
 
 def test_each_region_gate_uses_the_phone_threshold(evaluation: Evaluation) -> None:
