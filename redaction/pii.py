@@ -29,7 +29,7 @@ def valid_national_phone(value: str, regions: tuple[str, ...]) -> bool:
     "national form" means the digits written are those of ``format_number(NATIONAL)``, so
     ``030 123456`` is a Berlin number but ``30 123456`` (no trunk prefix) is not.
     """
-    digits = "".join(c for c in value if c.isdigit())
+    digits = phonenumbers.normalize_digits_only(value)  # any script's digits, as ASCII
     if not MIN_DIGITS <= len(digits) <= MAX_DIGITS:
         return False
     for region in regions:

@@ -165,6 +165,9 @@ def test_a_national_number_must_be_written_as_its_region_writes_it() -> None:
     assert valid_national_phone("6123 4567", regions)  # Singapore has no trunk prefix
     assert not valid_national_phone("030 123456", ("US", "GB"))  # DE not configured
     assert not valid_national_phone("2026-12-04", regions)
+    assert valid_national_phone("٠٣٠ ١٢٣٤٥٦", regions)  # Arabic-Indic digits
+    fullwidth = "".join(chr(0xFF10 + int(c)) if c.isdigit() else c for c in "030 123456")
+    assert valid_national_phone(fullwidth, regions)
 
 
 def test_ip_validator_reads_addresses_only() -> None:
