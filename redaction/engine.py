@@ -31,7 +31,7 @@ from presidio_anonymizer.entities import RecognizerResult as AnonymizerResult
 from regex._main import Pattern
 
 from rankscope.redaction.keys import hash_token
-from rankscope.redaction.pii import valid_ip_address, valid_national_phone
+from rankscope.redaction.pii import load_regions, valid_ip_address, valid_national_phone
 from rankscope.redaction.placeholders import (
     is_generated_value,
     is_password_value,
@@ -101,6 +101,8 @@ class RuleRecognizer(EntityRecognizer):
         self.spec = spec
         self.timeout_s = timeout_s
         self.phone_regions = phone_regions  # for validator: phone_national
+        if spec.validator == "phone_national":
+            load_regions(phone_regions)  # at start, not on the first record
         self._patterns = [(p, p.compiled()) for p in spec.patterns]
         self._context = (
             regex.compile("|".join(regex.escape(w) for w in spec.context), regex.IGNORECASE)
