@@ -128,6 +128,13 @@ def test_the_review_report_shows_pii_figures_per_region_and_form(
         "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
         "message_id=1734567890123456789 order 4111-1111-1111-1112",
         "allreduce of 1073741824 bytes, MASTER_PORT=29500, ran for 1234567 milliseconds",
+        # real line shapes: a kernel log line (printk time since boot) and NCCL INFO lines as in
+        # NVIDIA/nccl issue 1267 and Oneflow-Inc/oneflow issue 3586
+        "Dec 04 18:30:05 node017 kernel: [ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79",
+        "[12345.678901] mlx5_core 0000:3b:00.0: mlx5_fw_fatal_reporter_err_work",
+        "worker:101542:101934 [0] NCCL INFO threadThresholds 8/8/64 | 16/8/64 | 8/8/64",
+        "instance-8g-96c-2:525781:525957 [0] NCCL INFO Channel 01/32 :    0 1 2 3 4 5 6 7",
+        "[rank0]: iteration 1200/500000 | consumed samples: 1228800 | global batch size: 1024",
     ],
 )
 def test_look_alikes_stay_untouched(redactor: PresidioRedactor, text: str) -> None:
