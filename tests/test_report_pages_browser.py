@@ -9,6 +9,7 @@ page asks for nothing but itself. At 4,096 ranks the page stays bounded in bytes
 
 from __future__ import annotations
 
+import functools
 import io
 from collections import Counter
 from pathlib import Path
@@ -56,8 +57,12 @@ def chromium() -> str:
     return path
 
 
-def _incident_job(ranks: int, out: Path) -> tuple[Path, list[dict[str, Any]]]:
-    """A simulated job whose GPU falls off the bus, analysed and written as the CLI writes it."""
+Rows = list[dict[str, Any]]
+
+
+@functools.cache
+def _incident_job(ranks: int) -> tuple[str, Rows, Rows]:
+    """A simulated job whose GPU falls off the bus, analysed, as rows of the sink's tables."""
     duration = 60 if ranks <= 64 else 40  # the cascade is complete well before 40 s
     case = next(
         c
@@ -75,7 +80,7 @@ def _incident_job(ranks: int, out: Path) -> tuple[Path, list[dict[str, Any]]]:
         for d in dets.values()
     ]
     assert inc_rows, "the simulated fault produced no incident"
-    return write_report_files(case.config.job_id, inc_rows, det_rows, out), inc_rows
+    return case.config.job_id, inc_rows, det_rows
 
 
 def _assert_clean_load(load: PageLoad, page: Path) -> None:
@@ -122,7 +127,8 @@ def _near(colours: Counter[tuple[int, int, int]], hex_colour: str, tol: int = 40
 def test_incident_report_renders_completely_in_chromium(
     chromium: str, ranks: int, tmp_path: Path
 ) -> None:
-    page, incidents = _incident_job(ranks, tmp_path)
+    job, incidents, detections = _incident_job(ranks)
+    page = write_report_files(job, incidents, detections, tmp_path)  # the CLI's writer
     assert page.stat().st_size <= MAX_HTML_BYTES, page.stat().st_size
     load = load_page(chromium, page, width=VIEWPORT_W)
     _assert_clean_load(load, page)
@@ -139,6 +145,21 @@ def test_incident_report_renders_completely_in_chromium(
         assert len(colours) > 8, "the timeline region is blank"
         assert _near(colours, _ROLE_COLOUR["cause"]) > 20, "the cause is not drawn"
         assert _near(colours, _ROLE_COLOUR["symptom"]) > 20, "the symptoms are not drawn"
+
+
+def test_incident_report_stays_bounded_with_a_finding_on_every_rank(
+    chromium: str, tmp_path: Path
+) -> None:
+    """A straggler finding on each of 4,096 ranks: counted past the first ones, not listed."""
+    job, incidents, detections = _incident_job(4096)
+    one = detections[0]
+    per_rank = [one | {"rank": r, "onset_ts_ns": int(one["onset_ts_ns"]) + r} for r in range(4096)]
+    page = write_report_files(job, incidents, per_rank, tmp_path)
+    assert page.stat().st_size <= MAX_HTML_BYTES, page.stat().st_size
+    assert "more findings" in page.read_text(encoding="utf-8")
+    load = load_page(chromium, page, width=VIEWPORT_W)
+    _assert_clean_load(load, page)
+    _save(load, tmp_path / "incident-report-4096-findings.png")
 
 
 def test_redaction_review_renders_completely_in_chromium(chromium: str, tmp_path: Path) -> None:
