@@ -1,0 +1,194 @@
+"""`rankscope topics create|check` (issue 18 point 2) against the real local broker.
+
+Each test has its own prefix and its own OTLP topic names (RANKSCOPE_OTLP_*_TOPICS), so the
+unprefixed Collector defaults other tests create with other partition counts are not in view.
+What the cluster holds is read back with confluent-kafka's AdminClient directly, not through the
+code under test. Config names and values are Kafka's own topic configs (kafka.apache.org,
+"Topic Configs": cleanup.policy, retention.ms, message.timestamp.type).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.admin._resource import ResourceType
+from typer.testing import CliRunner
+
+from rankscope.cli import app
+from rankscope.schemas.topics import RAW_RETENTION_MS, Topics, topic_specs
+from tests.conftest import Services
+
+
+def _env(prefix: str, bootstrap: str = "") -> dict[str, str]:
+    return {
+        "RANKSCOPE_BOOTSTRAP": bootstrap,
+        "RANKSCOPE_TOPIC_PREFIX": prefix,
+        "RANKSCOPE_OTLP_TRACES_TOPICS": json.dumps([f"{prefix}.otlp_spans"]),
+        "RANKSCOPE_OTLP_LOGS_TOPICS": json.dumps([f"{prefix}.otlp_logs"]),
+    }
+
+
+def _topics(prefix: str) -> Topics:
+    return Topics(prefix, None, (f"{prefix}.otlp_spans",), (f"{prefix}.otlp_logs",))
+
+
+def _run(env: dict[str, str], *args: str) -> tuple[int, Any]:
+    result = CliRunner().invoke(app, ["topics", *args, "--format", "json"], env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.fixture
+def cluster(services: Services) -> tuple[str, str, AdminClient]:
+    prefix = f"t{uuid.uuid4().hex[:10]}"
+    return services.bootstrap, prefix, AdminClient({"bootstrap.servers": services.bootstrap})
+
+
+def _configs(admin: AdminClient, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {k: e.value for k, e in entries.items()}
+
+
+def _partitions(admin: AdminClient, topic: str) -> int:
+    return len(admin.list_topics(topic, timeout=30).topics[topic].partitions)
+
+
+# -- the table ---------------------------------------------------------------------------------
+def test_table_covers_every_topic_once_with_its_rules() -> None:
+    topics = _topics("p")
+    specs = {s.name: s for s in topic_specs(topics, partitions=6)}
+    assert list(specs) == topics.all
+    assert specs[topics.recovery_input].partitions == 1
+    assert specs[topics.recovery_control].partitions == 1
+    assert specs[topics.recovery_control].cleanup_policy == "compact"
+    for name in topics.all_raw:  # configured OTLP topics are raw topics too
+        assert specs[name].role == "raw"
+        assert specs[name].retention_ms == RAW_RETENTION_MS
+        assert specs[name].timestamp_type == "LogAppendTime"
+    assert "p.otlp_logs" in specs and specs["p.otlp_logs"].role == "raw"
+    assert specs[topics.events].retention_ms is None  # derived: the broker's default
+    assert all(s.why for s in specs.values())
+    assert all(s.min_insync_replicas is None for s in specs.values())
+    replicated = topic_specs(topics, partitions=6, replication_factor=3)
+    assert {s.min_insync_replicas for s in replicated} == {2}
+
+
+def test_dry_run_prints_the_table_without_a_cluster() -> None:
+    code, rows = _run(_env("dry"), "create", "--dry-run", "--raw-retention-ms", "3600000")
+    assert code == 0
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["dry.recovery_input"]["partitions"] == 1
+    assert by_name["dry.raw.events"]["retention_ms"] == 3600000
+    assert by_name["dry.otlp_spans"]["timestamp_type"] == "LogAppendTime"
+
+
+# -- against the broker ------------------------------------------------------------------------
+def test_create_then_check_reports_no_drift_and_create_is_idempotent(
+    cluster: tuple[str, str, AdminClient],
+) -> None:
+    bootstrap, prefix, _ = cluster
+    env = _env(prefix, bootstrap)
+    code, rows = _run(env, "create")
+    assert code == 0
+    assert {r["status"] for r in rows} == {"created"}
+    code, report = _run(env, "check")
+    assert (code, report["drift"]) == (0, [])
+    assert report["topics"] == len(_topics(prefix).all)
+    code, rows = _run(env, "create")  # again: nothing created, nothing changed
+    assert code == 0
+    assert {r["status"] for r in rows} == {"exists"}
+    assert _run(env, "check") == (0, report)
+
+
+def test_created_topics_have_the_table_settings_on_the_broker(
+    cluster: tuple[str, str, AdminClient],
+) -> None:
+    bootstrap, prefix, admin = cluster
+    code, _ = _run(_env(prefix, bootstrap), "create", "--partitions", "3")
+    assert code == 0
+    topics = _topics(prefix)
+    assert _partitions(admin, topics.recovery_input) == 1
+    assert _partitions(admin, topics.events) == 3
+    assert _configs(admin, topics.recovery_control)["cleanup.policy"] == "compact"
+    for raw in topics.all_raw:
+        configs = _configs(admin, raw)
+        assert configs["retention.ms"] == str(RAW_RETENTION_MS)
+        assert configs["message.timestamp.type"] == "LogAppendTime"
+    assert _configs(admin, topics.events)["message.timestamp.type"] == "CreateTime"
+
+
+def _wait_gone(admin: AdminClient, topic: str, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while topic in admin.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{topic} still listed after {timeout_s} s"
+        time.sleep(0.2)
+
+
+def _set_retention(admin: AdminClient, topic: str, value: str, timeout_s: float = 30) -> None:
+    """Set retention.ms by hand, then wait until the broker describes it (the controller's
+    change reaches the broker a moment after the alter call answers)."""
+    entry = ConfigEntry("retention.ms", value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    deadline = time.monotonic() + timeout_s
+    while _configs(admin, topic)["retention.ms"] != value:
+        assert time.monotonic() < deadline, f"retention.ms of {topic} not {value} in time"
+        time.sleep(0.2)
+
+
+def test_check_reports_exactly_a_changed_config_and_a_deleted_topic(
+    cluster: tuple[str, str, AdminClient],
+) -> None:
+    bootstrap, prefix, admin = cluster
+    env = _env(prefix, bootstrap)
+    assert _run(env, "create")[0] == 0
+    topics = _topics(prefix)
+    _set_retention(admin, topics.raw, "60000")
+    admin.delete_topics([topics.windows])[topics.windows].result(timeout=30)
+    _wait_gone(admin, topics.windows)
+
+    code, report = _run(env, "check")
+    assert code == 1
+    found = {(d["topic"], d["field"], d["expected"], d["actual"]) for d in report["drift"]}
+    assert found == {
+        (topics.raw, "retention.ms", str(RAW_RETENTION_MS), "60000"),
+        (topics.windows, "missing", "present", None),
+    }
+
+
+def test_create_fix_applies_configs_and_grows_partitions_but_never_shrinks(
+    cluster: tuple[str, str, AdminClient],
+) -> None:
+    bootstrap, prefix, admin = cluster
+    env = _env(prefix, bootstrap)
+    topics = _topics(prefix)
+    assert _run(env, "create", "--partitions", "2")[0] == 0
+    _set_retention(admin, topics.events, "60000")  # the table leaves it to the broker
+
+    code, report = _run(env, "check", "--partitions", "3")
+    assert code == 1
+    found = {(d["topic"], d["field"]): d["fixable"] for d in report["drift"]}
+    assert found[(topics.events, "retention.ms")] is True
+    assert found[(topics.events, "partitions")] is True
+    assert (topics.recovery_input, "partitions") not in found  # always 1
+
+    code, _ = _run(env, "create", "--partitions", "3")  # without --fix: reported, not applied
+    assert code == 0 and _partitions(admin, topics.events) == 2
+    code, _ = _run(env, "create", "--partitions", "3", "--fix")
+    assert code == 0
+    assert _partitions(admin, topics.events) == 3
+    assert _configs(admin, topics.events)["retention.ms"] != "60000"  # back to the broker's
+    assert _run(env, "check", "--partitions", "3") == (0, {"topics": len(topics.all), "drift": []})
+
+    code, report = _run(env, "check", "--partitions", "2")  # fewer: drift, not fixable
+    assert code == 1
+    shrink = [d for d in report["drift"] if d["field"] == "partitions"]
+    assert shrink and not any(d["fixable"] for d in shrink)
