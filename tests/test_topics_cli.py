@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -192,3 +193,32 @@ def test_create_fix_applies_configs_and_grows_partitions_but_never_shrinks(
     assert code == 1
     shrink = [d for d in report["drift"] if d["field"] == "partitions"]
     assert shrink and not any(d["fixable"] for d in shrink)
+
+
+# -- compose uses the same tool ----------------------------------------------------------------
+def test_compose_creates_the_topics_with_the_tool_before_any_kafka_client() -> None:
+    """The one-shot topics service runs `rankscope topics create` with the stack's environment;
+    the broker auto-creates nothing; every Kafka client waits for the job to succeed."""
+    import yaml
+
+    compose = Path(__file__).resolve().parents[1] / "compose" / "docker-compose.yml"
+    services = yaml.safe_load(compose.read_text())["services"]
+    kafka_env = services["kafka"]["environment"]
+    assert str(kafka_env["KAFKA_AUTO_CREATE_TOPICS_ENABLE"]) == "false"
+    assert "KAFKA_NUM_PARTITIONS" not in kafka_env  # partitions come from the table only
+    job = services["topics"]
+    assert job["command"][:2] == ["topics", "create"]
+    assert job["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    assert job.get("restart", "no") == "no"
+    for name in ("worker", "sink", "simulator"):
+        assert services[name]["depends_on"]["topics"] == {
+            "condition": "service_completed_successfully"
+        }, name
+    # its command with its environment is a valid invocation whose table is the code's
+    env = {k: str(v) for k, v in job["environment"].items()}
+    result = CliRunner().invoke(app, [*job["command"], "--dry-run", "--format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    prefix = env["RANKSCOPE_TOPIC_PREFIX"]
+    assert [r["name"] for r in json.loads(result.stdout)] == [
+        s.name for s in topic_specs(Topics(prefix))
+    ]
