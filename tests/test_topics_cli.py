@@ -222,3 +222,28 @@ def test_compose_creates_the_topics_with_the_tool_before_any_kafka_client() -> N
     assert [r["name"] for r in json.loads(result.stdout)] == [
         s.name for s in topic_specs(Topics(prefix))
     ]
+
+
+def test_readme_topic_table_says_what_the_code_does() -> None:
+    """The README's hand-written table (rows per group of topics) agrees with the table in code
+    on the facts an operator acts on."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("### Topics\n", 1)[1].split("\n### ", 1)[0]
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    specs = {s.name: s for s in topic_specs(Topics("<p>"))}
+    for first, cells in rows.items():
+        name = first.split("`")[1]
+        spec = specs[name]
+        partitions, cleanup, retention, timestamp = cells[:4]
+        assert partitions == ("N" if spec.partitions != 1 else "1"), name
+        assert cleanup == spec.cleanup_policy, name
+        assert timestamp == spec.timestamp_type, name
+        if spec.retention_ms is not None:
+            assert retention.startswith(f"{spec.retention_ms // (24 * 3600 * 1000)} days"), name
+    covered = {n for first in rows for n in first.split("`")[1::2]}
+    covered |= {f"<p>{n}" for n in covered if n.startswith(".")}
+    assert {s.name for s in specs.values()} <= covered
