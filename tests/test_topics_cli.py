@@ -247,3 +247,29 @@ def test_readme_topic_table_says_what_the_code_does() -> None:
     covered = {n for first in rows for n in first.split("`")[1::2]}
     covered |= {f"<p>{n}" for n in covered if n.startswith(".")}
     assert {s.name for s in specs.values()} <= covered
+
+
+# -- bad input ---------------------------------------------------------------------------------
+def test_without_a_cluster_create_refuses_with_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["topics", "create"], env=_env("nocluster"))
+    assert result.exit_code == 2
+    assert "--bootstrap" in result.output
+
+
+def test_an_unreachable_broker_is_one_line_and_exit_3() -> None:
+    """Through the console entry point, as an operator runs it (main turns the error into one
+    line); port 1 on loopback refuses connections."""
+    import subprocess
+    import sys
+
+    argv = ["topics", "check", "--bootstrap", "127.0.0.1:1", "--timeout", "2"]
+    done = subprocess.run(
+        [sys.executable, "-m", "rankscope", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 3, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rankscope: Kafka at 127.0.0.1:1"), lines

@@ -67,6 +67,9 @@ RawRetentionOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", help="table or json.")]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=1, help="Seconds to wait for each cluster answer.")
+]
 
 
 def _specs(
@@ -82,14 +85,14 @@ def _specs(
     return topic_specs(topics, partitions, replication_factor, retention)
 
 
-def _need_bootstrap(bootstrap: str | None) -> str:
+def _need_bootstrap(bootstrap: str | None, timeout_s: float) -> str:
     if not bootstrap:
         raise typer.BadParameter(
             "a cluster is needed (or RANKSCOPE_BOOTSTRAP)", param_hint="--bootstrap"
         )
     from rankscope.kafka_security import check_access
 
-    check_access(bootstrap)  # unreachable or refused: one line, not a 30 s wait per call
+    check_access(bootstrap, timeout_s=timeout_s)  # unreachable or refused: one line, exit 3
     return bootstrap
 
 
@@ -159,6 +162,7 @@ def create(
         ),
     ] = False,
     fmt: FormatOpt = Format.table,
+    timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Create every topic of the deployment that is missing (safe to run twice). Existing
     topics are left alone and their drift reported; --fix applies what can be applied."""
@@ -168,11 +172,11 @@ def create(
     if dry_run:
         _print_specs(specs, {}, fmt)
         return
-    cluster = _need_bootstrap(bootstrap)
+    cluster = _need_bootstrap(bootstrap, timeout)
     try:
-        report = create_topics(cluster, specs)
-        drifts = check_topics(cluster, specs)
-        applied = fix_drift(cluster, specs, drifts) if fix else []
+        report = create_topics(cluster, specs, timeout)
+        drifts = check_topics(cluster, specs, timeout)
+        applied = fix_drift(cluster, specs, drifts, timeout) if fix else []
     except TopicAdminError as exc:
         raise _fail(exc) from None
     status = dict.fromkeys(report.created, "created") | dict.fromkeys(report.existing, "exists")
@@ -197,15 +201,16 @@ def check(
     replication_factor: ReplicationOpt = None,
     raw_retention_ms: RawRetentionOpt = None,
     fmt: FormatOpt = Format.table,
+    timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Compare the running cluster with the table: missing topics, partition counts,
     replication and each managed config (exit 1 on any drift)."""
     from rankscope.kafka_topics import TopicAdminError, check_topics
 
     specs = _specs(prefix, partitions, replication_factor, raw_retention_ms)
-    cluster = _need_bootstrap(bootstrap)
+    cluster = _need_bootstrap(bootstrap, timeout)
     try:
-        drifts = check_topics(cluster, specs)
+        drifts = check_topics(cluster, specs, timeout)
     except TopicAdminError as exc:
         raise _fail(exc) from None
     _print_drift(drifts, fmt, len(specs))
