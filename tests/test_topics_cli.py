@@ -273,3 +273,25 @@ def test_an_unreachable_broker_is_one_line_and_exit_3() -> None:
     assert done.returncode == 3, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("rankscope: Kafka at 127.0.0.1:1"), lines
+
+
+def test_the_acl_plan_covers_every_topic_of_the_table_by_its_role() -> None:
+    """Agents write raw topics, the sink reads derived ones, the worker writes every topic it
+    produces: a topic added to the table without the plan knowing it would be refused."""
+    from rankscope.kafka_acls import acl_plan
+
+    topics = _topics("acl")
+    allowed: dict[tuple[str, str], set[str]] = {}
+    for rule in acl_plan(topics):
+        if rule.resource == "topic":
+            allowed.setdefault((rule.role, rule.name), set()).update(rule.operations)
+    for spec in topic_specs(topics):
+        if spec.role == "raw":
+            assert "WRITE" in allowed[("agent", spec.name)], spec.name
+            assert "READ" in allowed[("worker", spec.name)], spec.name
+        else:
+            assert "WRITE" in allowed[("worker", spec.name)], spec.name
+        if spec.role == "derived":
+            assert "READ" in allowed[("sink", spec.name)], spec.name
+        if spec.role == "internal":
+            assert "READ" in allowed[("worker", spec.name)], spec.name
