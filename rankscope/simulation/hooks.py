@@ -51,13 +51,6 @@ _GIB = 1 << 30
 _TRAFFIC_WORDS_PER_S = 3.75e9
 
 
-#: optional fields the simulator leaves at their default (e.g. dcgm-exporter's profiling
-#: fields): ``fast_model`` needs every field's value, and a field added later must not break it
-_SAMPLE_DEFAULTS: dict[str, object] = {
-    name: field.default for name, field in GpuSample.model_fields.items() if not field.is_required()
-}
-
-
 class _PortState:
     """One HCA port's cumulative sysfs counters (monotonic, like the kernel's)."""
 
@@ -144,7 +137,6 @@ class SimulatorHooks:
         return fast_model(
             GpuSample,
             {
-                **_SAMPLE_DEFAULTS,
                 "gpu_uuid": rank.gpu_uuid,
                 "sm_util_pct": round(util, 1),
                 "mem_util_pct": round(mem_util, 1),
