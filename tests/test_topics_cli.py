@@ -272,7 +272,7 @@ def test_an_unreachable_broker_is_one_line_and_exit_3() -> None:
     )
     assert done.returncode == 3, done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rankscope: Kafka at 127.0.0.1:1"), lines
+    assert len(lines) == 1 and lines[0].startswith("rankscope: error: Kafka at 127.0.0.1:1"), lines
 
 
 def test_the_acl_plan_covers_every_topic_of_the_table_by_its_role() -> None:

@@ -3,32 +3,32 @@ migrations and retention, and the named queries of the SQL library."""
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
 
 if TYPE_CHECKING:
     from rankscope.sinks.cluster_ddl import ClusterSpec
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
     ClickHouseOpt,
     DatabaseOpt,
+    FormatOpt,
     HomeOpt,
+    OutputFormat,
     console,
     local_clickhouse_url,
     pairs,
+    render,
 )
 
 
 def migrate(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
     ttl_days: Annotated[
         int | None,
         typer.Option(help="Retention for every table, in days (0: keep forever)."),
@@ -164,8 +164,8 @@ def query(
     ] = None,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    database: DatabaseOpt = DEFAULT_DATABASE,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse, as
     the read-only user when one is configured (a login in --clickhouse-url wins)."""
@@ -190,36 +190,22 @@ def query(
         raise typer.BadParameter(f"{sql!r} is not a named query; --param is for those")
     else:
         result = client.query(sql)
-    _print_result(list(result.column_names), result.result_rows, fmt)
+    render(list(result.column_names), result.result_rows, fmt)
 
 
-def _print_result(names: list[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
-    if fmt == "json":
-        console.print_json(
-            json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str)
-        )
-    elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(names)
-        w.writerows(rows)
-    else:
-        table = Table(*names)
-        for r in rows:
-            table.add_row(*("" if v is None else str(v) for v in r))
-        console.print(table)
-
-
-def queries() -> None:
+def queries(fmt: FormatOpt = OutputFormat.table) -> None:
     """List the named queries of the SQL library with their parameters."""
     from rankscope.sinks.named_queries import load_queries
 
     empty = "''"
-    table = Table("name", "what it answers", "parameters")
-    for q in load_queries().values():
-        params = ", ".join(
-            p.name if p.default is None else f"{p.name}={p.default or empty}" for p in q.params
+    rows = [
+        (
+            q.name,
+            q.summary,
+            ", ".join(
+                p.name if p.default is None else f"{p.name}={p.default or empty}" for p in q.params
+            ),
         )
-        table.add_row(q.name, q.summary, params)
-    console.print(table)
+        for q in load_queries().values()
+    ]
+    render(("name", "what it answers", "parameters"), rows, fmt)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from rankscope.cli.options import PrefixOpt, console, err
+from rankscope.cli.options import DEFAULT_PREFIX, PrefixOpt, console, env_name, err
 
 if TYPE_CHECKING:
     from rankscope.kafka_topics import Drift
@@ -35,14 +35,14 @@ TopicsBootstrapOpt = Annotated[
     str | None,
     typer.Option(
         "--bootstrap",
-        envvar="RANKSCOPE_BOOTSTRAP",
+        envvar=env_name("bootstrap"),
         help="Kafka bootstrap servers (RANKSCOPE_KAFKA_* for TLS/SASL, as the admin).",
     ),
 ]
 PartitionsOpt = Annotated[
     int,
     typer.Option(
-        envvar="RANKSCOPE_PARTITIONS",
+        envvar=env_name("partitions"),
         min=1,
         help="Partitions of the keyed topics (the recovery decider's two always have 1).",
     ),
@@ -146,7 +146,7 @@ def _print_drift(drifts: list[Drift], fmt: Format, checked: int) -> None:
 @topics_app.command()
 def create(
     bootstrap: TopicsBootstrapOpt = None,
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     partitions: PartitionsOpt = 4,
     replication_factor: ReplicationOpt = None,
     raw_retention_ms: RawRetentionOpt = None,
@@ -196,7 +196,7 @@ def create(
 @topics_app.command()
 def check(
     bootstrap: TopicsBootstrapOpt = None,
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     partitions: PartitionsOpt = 4,
     replication_factor: ReplicationOpt = None,
     raw_retention_ms: RawRetentionOpt = None,
