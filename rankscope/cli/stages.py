@@ -18,6 +18,20 @@ from rankscope.cli.options import (
     err,
     make_settings,
 )
+from rankscope.observability.server import DEFAULT_PORTS
+
+#: ``/metrics``, ``/healthz`` and ``/readyz`` (README "Monitoring"); 0: any free port; -1: off
+MetricsPortOpt = Annotated[
+    int,
+    typer.Option(
+        help="Port of /metrics, /healthz and /readyz (0: any free port, logged; -1: off).",
+        envvar="RANKSCOPE_METRICS_PORT",
+    ),
+]
+
+
+def port_or_off(port: int) -> int | None:
+    return None if port < 0 else port
 
 
 def worker(
@@ -25,12 +39,13 @@ def worker(
     home: HomeOpt = DEFAULT_HOME,
     prefix: PrefixOpt = "rankscope",
     log_level: str = "warn",
+    metrics_port: MetricsPortOpt = DEFAULT_PORTS["worker"],
 ) -> None:
     """Run a faust stream worker (validate, windows) in the foreground."""
     from rankscope.streams.app import run_worker
 
     cfg = make_settings(home, bootstrap, prefix=prefix).streams(bootstrap)
-    run_worker(cfg.model_copy(update={"log_level": log_level}))
+    run_worker(cfg.model_copy(update={"log_level": log_level}), port_or_off(metrics_port))
 
 
 def sink(
@@ -42,6 +57,7 @@ def sink(
     max_batch_rows: Annotated[
         int, typer.Option(help="Rows per ClickHouse insert, at most.")
     ] = 50_000,
+    metrics_port: MetricsPortOpt = DEFAULT_PORTS["sink"],
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
     from rankscope.sinks.kafka_sink import run_sink
@@ -50,5 +66,7 @@ def sink(
     cfg = make_settings(home, bootstrap, clickhouse_url, prefix, database).sink(
         bootstrap, clickhouse_url
     )
-    stats = run_sink(cfg.model_copy(update={"max_batch_rows": max_batch_rows}))
+    stats = run_sink(
+        cfg.model_copy(update={"max_batch_rows": max_batch_rows}), port_or_off(metrics_port)
+    )
     err.print(f"sink stopped: {stats}")
