@@ -8,18 +8,32 @@ follows a private broker that is stopped and started again.
 
 from __future__ import annotations
 
+import json
+import re
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import pytest
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.observability.exporters import sink_samples, worker_samples
 from rankscope.observability.metrics import METRICS, ProcessMetrics
 from rankscope.observability.server import Health, serve
+from rankscope.pipeline import Pipeline, PipelineConfig, StageProcess
+from rankscope.schemas.events import dump_events
+from rankscope.services import LocalKafka
+from rankscope.sinks.clickhouse import connect, migrate
 from rankscope.sinks.kafka_sink import SinkStats
 from rankscope.streams.stages.shared import StageCounters
+from tests.conftest import Services
+from tests.factories import NOW_NS, span
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -129,3 +143,155 @@ def test_endpoints_serve_metrics_and_flip_readiness_and_liveness() -> None:
 
 
 # ----------------------------------------------------------------------------- integration
+
+
+#: a real NCCL line (NVIDIA/nccl issue 963, kept with its source in tests/data/nccl_log), as a
+#: misconfigured log shipper would publish it: plain text on the JSON raw topic
+NCCL_LINE = json.loads(
+    (Path(__file__).parent / "data" / "nccl_log" / "real_lines.json").read_text()
+)["bases"][0]["line"].encode()
+BAD_RECORDS = {
+    "not_json": NCCL_LINE,
+    "not_utf8": b"\xff\xfe GPU0 util=97%",
+    "unknown_schema": json.dumps({"schema": "gpu_sample/9", "kind": "gpu_sample"}).encode(),
+}
+
+
+@pytest.fixture
+def private_kafka(tmp_path: Path) -> Iterator[LocalKafka]:
+    """A broker of this test's own: stopping it disturbs no other test."""
+    kafka = LocalKafka(tmp_path / "kafka", heap="384m")
+    try:
+        kafka.start(timeout_s=90)
+        yield kafka
+    finally:
+        kafka.stop()
+
+
+def endpoint_port(stage: StageProcess, role: str, timeout_s: float = 90) -> int:
+    """The port a stage started with ``--metrics-port 0`` bound, from its log line."""
+    found: list[int] = []
+
+    def logged() -> bool:
+        if not stage.alive:
+            raise AssertionError(f"{stage.name} exited:\n{stage.log_tail()}")
+        m = re.search(rf"{role} metrics on port (\d+)", stage.log_tail(400))
+        if m:
+            found.append(int(m.group(1)))
+        return bool(found)
+
+    wait_until(logged, timeout_s, f"the {role}'s metrics port in its log")
+    return found[0]
+
+
+class Stream:
+    """Raw records on a thread until stopped: valid span batches with bad records between."""
+
+    def __init__(self, cfg: PipelineConfig) -> None:
+        self.topic = cfg.topics.raw
+        self.producer = Producer({"bootstrap.servers": cfg.bootstrap, "linger.ms": 20})
+        self.stop = threading.Event()
+        self.records = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        batch = 0
+        while not self.stop.is_set():
+            batch += 1
+            job = f"job-{batch % 4}"
+            events = [span(r, NOW_NS + batch * 10**7 + r, job=job, step=batch) for r in range(64)]
+            self.producer.produce(self.topic, key=job.encode(), value=dump_events(list(events)))
+            if batch % 10 == 0:
+                for value in BAD_RECORDS.values():
+                    self.producer.produce(self.topic, key=job.encode(), value=value)
+            self.records += 1
+            self.producer.poll(0)
+            if batch % 200 == 0:
+                self.producer.flush(30)
+
+    def __enter__(self) -> Stream:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        self.producer.flush(30)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_worker_and_sink_metrics_during_a_stream_and_readiness_follows_the_broker(
+    services: Services, private_kafka: LocalKafka, tmp_path: Path
+) -> None:
+    tag = f"t{uuid.uuid4().hex[:10]}"
+    cfg = PipelineConfig(
+        bootstrap=private_kafka.bootstrap,
+        clickhouse_url=services.clickhouse_url,
+        topic_prefix=tag,
+        database=tag,
+        home=tmp_path / "home",
+        env={"RANKSCOPE_METRICS_PORT": "0"},  # what --metrics-port 0 sets: any free port
+        actuators=False,
+    )
+    create_pipeline_topics(cfg.bootstrap, cfg.topics, partitions=2)
+    migrate(connect(cfg.clickhouse_url), cfg.database)
+    with Pipeline(cfg) as pipeline:
+        worker_port = endpoint_port(pipeline.worker, "worker")
+        sink_port = endpoint_port(pipeline.sink, "sink")
+        pipeline.wait_ready(120)
+        lag_seen = {"worker": 0.0, "sink": 0.0}
+
+        def busy_and_counted() -> bool:
+            w, s = scrape(worker_port), scrape(sink_port)
+            for role, samples in (("worker", w), ("sink", s)):
+                lag = [
+                    v
+                    for (n, ls), v in samples.items()
+                    if n == "rankscope_consumer_lag" and ("role", role) in ls
+                ]
+                lag_seen[role] = max([lag_seen[role], *lag])
+            stored_dead = total(s, "rankscope_sink_rows_total", table="deadletter")
+            return (
+                min(lag_seen.values()) > 0
+                and all(
+                    total(w, "rankscope_worker_dead_letters_total", reason=r) > 0
+                    for r in BAD_RECORDS
+                )
+                and stored_dead > 0
+            )
+
+        with Stream(cfg) as stream:
+            wait_until(busy_and_counted, 240, "lag, dead letters by reason and stored rows")
+        w, s = scrape(worker_port), scrape(sink_port)
+        assert total(w, "rankscope_worker_records_in_total", topic=cfg.topics.raw) > 0
+        assert total(w, "rankscope_worker_events_valid_total") > 0
+        assert total(w, "rankscope_worker_window_records_in_total") > 0
+        assert total(s, "rankscope_sink_records_total") > 0
+        assert total(s, "rankscope_sink_rows_total", table="deadletter") > 0
+        assert total(s, "rankscope_sink_batch_rows_count") > 0
+        assert total(s, "rankscope_sink_insert_seconds_count") > 0
+        assert lag_seen["worker"] > 0 and lag_seen["sink"] > 0, lag_seen
+        assert stream.records > 0
+        for port in (worker_port, sink_port):
+            assert get(f"http://127.0.0.1:{port}/readyz") == (200, "ok\n")
+            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+
+        private_kafka.stop(timeout_s=30)
+        for port in (worker_port, sink_port):
+            wait_until(
+                lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 503,  # noqa: B023
+                60,
+                "readiness to drop with the broker",
+            )
+            status, body = get(f"http://127.0.0.1:{port}/readyz")
+            assert status == 503 and "broker unreachable" in body, body
+            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200  # alive all along
+        private_kafka.start(timeout_s=90)  # same data, same port
+        for port in (worker_port, sink_port):
+            wait_until(
+                lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200,  # noqa: B023
+                120,
+                "readiness to return with the broker",
+            )
+        print(f"lag seen during the stream: {lag_seen}; {stream.records} valid records")
