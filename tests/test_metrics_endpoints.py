@@ -22,8 +22,9 @@ import pytest
 from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
+from rankscope.collectors.agent.stats import AgentStats, CollectorStats
 from rankscope.kafka_admin import create_pipeline_topics
-from rankscope.observability.exporters import sink_samples, worker_samples
+from rankscope.observability.exporters import agent_samples, sink_samples, worker_samples
 from rankscope.observability.metrics import METRICS, ProcessMetrics
 from rankscope.observability.server import Health, serve
 from rankscope.pipeline import Pipeline, PipelineConfig, StageProcess
@@ -108,6 +109,23 @@ def test_two_processes_in_one_interpreter_keep_their_own_registries() -> None:
     # counted in the stats object: the next scrape sees the new value, nothing counted twice
     worker.dead_letters_by_reason["not_json"] += 1
     assert get1("rankscope_worker_dead_letters_total", {"reason": "not_json"}) == 3
+
+
+def test_agent_exports_its_stats_snapshot_by_source() -> None:
+    stats = AgentStats(
+        sampled=12, spooled=12, published=10, delivered=9, dropped=1, rejected=0, pending=3,
+        spool_bytes=4096, in_flight_batches=1, delivery_failures=2, collector_errors=0,
+        broker_ok=False, last_delivery_error="", uptime_s=5.0,
+        collectors=(CollectorStats("gpu", events=8), CollectorStats("heartbeat", events=4)),
+    )  # fmt: skip
+    metrics = ProcessMetrics("agent")
+    metrics.export(lambda: agent_samples(stats))
+    value = metrics.registry.get_sample_value
+    assert value("rankscope_agent_events_total", {"source": "gpu"}) == 8
+    assert value("rankscope_agent_events_total", {"source": "heartbeat"}) == 4
+    assert value("rankscope_agent_spool_events") == 3
+    assert value("rankscope_agent_delivery_failures_total") == 2
+    assert value("rankscope_up", {"role": "agent"}) == 1
 
 
 def test_endpoints_serve_metrics_and_flip_readiness_and_liveness() -> None:

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from rankscope.observability.metrics import DEFAULT_PORTS
 from rankscope.settings import Settings
 from rankscope.sinks.access import RoleName
 
@@ -124,3 +125,20 @@ WorkersOpt = Annotated[
         "findings do not depend on how many).",
     ),
 ]
+
+
+#: ``--metrics-port`` of the long-running commands: ``/metrics``, ``/healthz`` and ``/readyz``
+#: (README "Monitoring"); the default port of each role is ``METRICS_PORTS[role]``
+METRICS_PORTS = DEFAULT_PORTS
+MetricsPortOpt = Annotated[
+    int,
+    typer.Option(
+        help="Port of /metrics, /healthz and /readyz (0: any free port, logged; -1: off).",
+        envvar="RANKSCOPE_METRICS_PORT",
+    ),
+]
+
+
+def port_or_off(port: int) -> int | None:
+    """-1 (any negative port) turns the endpoint off."""
+    return None if port < 0 else port

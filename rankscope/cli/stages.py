@@ -10,28 +10,17 @@ import typer
 
 from rankscope.cli.options import (
     DEFAULT_HOME,
+    METRICS_PORTS,
     DatabaseOpt,
     HomeOpt,
+    MetricsPortOpt,
     PrefixOpt,
     RequiredBootstrapOpt,
     RequiredClickHouseOpt,
     err,
     make_settings,
+    port_or_off,
 )
-from rankscope.observability.server import DEFAULT_PORTS
-
-#: ``/metrics``, ``/healthz`` and ``/readyz`` (README "Monitoring"); 0: any free port; -1: off
-MetricsPortOpt = Annotated[
-    int,
-    typer.Option(
-        help="Port of /metrics, /healthz and /readyz (0: any free port, logged; -1: off).",
-        envvar="RANKSCOPE_METRICS_PORT",
-    ),
-]
-
-
-def port_or_off(port: int) -> int | None:
-    return None if port < 0 else port
 
 
 def worker(
@@ -39,7 +28,7 @@ def worker(
     home: HomeOpt = DEFAULT_HOME,
     prefix: PrefixOpt = "rankscope",
     log_level: str = "warn",
-    metrics_port: MetricsPortOpt = DEFAULT_PORTS["worker"],
+    metrics_port: MetricsPortOpt = METRICS_PORTS["worker"],
 ) -> None:
     """Run a faust stream worker (validate, windows) in the foreground."""
     from rankscope.streams.app import run_worker
@@ -57,7 +46,7 @@ def sink(
     max_batch_rows: Annotated[
         int, typer.Option(help="Rows per ClickHouse insert, at most.")
     ] = 50_000,
-    metrics_port: MetricsPortOpt = DEFAULT_PORTS["sink"],
+    metrics_port: MetricsPortOpt = METRICS_PORTS["sink"],
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
     from rankscope.sinks.kafka_sink import run_sink

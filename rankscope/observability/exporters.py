@@ -3,6 +3,7 @@ endpoint started. One function per role, so each process's hook is a single call
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ __all__ = [
     "lag_samples",
     "serve_agent",
     "serve_role",
+    "serve_runner",
     "serve_sink",
     "serve_worker",
     "sink_samples",
@@ -115,7 +117,7 @@ def serve_sink(
     return serve_role(metrics, lambda: sink_samples(stats), health, port)
 
 
-def serve_agent(stats: Callable[[], AgentStats], bootstrap: str, port: int) -> MetricsServer | None:
+def serve_agent(stats: Callable[[], AgentStats], port: int) -> MetricsServer | None:
     """The agent's endpoint: ready while its publisher reaches the broker (the agent's own
     view, no extra connection); its threads are watched by the agent itself."""
 
@@ -125,3 +127,15 @@ def serve_agent(stats: Callable[[], AgentStats], bootstrap: str, port: int) -> M
     checks: list[Check] = [broker]
     health = Health(checks)
     return serve_role(ProcessMetrics("agent"), lambda: agent_samples(stats()), health, port)
+
+
+def serve_runner(outcomes: Counter[str], bootstrap: str, port: int) -> MetricsServer | None:
+    """The recovery runner's endpoint: the decisions it handled by outcome (the stage of the
+    outcome it published); ready while the broker answers."""
+
+    def sample() -> Iterator[Sample]:
+        for outcome, n in sorted(outcomes.items()):
+            yield "rankscope_runner_decisions", (outcome,), n
+
+    health = Health([BrokerProbe(bootstrap)])
+    return serve_role(ProcessMetrics("runner"), sample, health, port)

@@ -19,7 +19,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["METRICS", "MetricSpec", "ProcessMetrics", "Sample"]
+__all__ = ["DEFAULT_PORTS", "METRICS", "MetricSpec", "ProcessMetrics", "Sample"]
+
+#: where each long-running role listens unless told otherwise (``--metrics-port``; -1: off)
+DEFAULT_PORTS = {"worker": 9481, "sink": 9482, "agent": 9483, "runner": 9484}
 
 Kind = Literal["counter", "gauge", "histogram"]
 #: (metric name as declared, label values in the declared order, value)

@@ -21,12 +21,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.observability.metrics import ProcessMetrics
 
-__all__ = ["DEFAULT_PORTS", "BrokerProbe", "Health", "MetricsServer", "serve"]
+__all__ = ["BrokerProbe", "Health", "MetricsServer", "serve"]
 
 log = logging.getLogger("rankscope.observability")
 
-#: where each long-running role listens unless told otherwise (``--metrics-port``; -1: off)
-DEFAULT_PORTS = {"worker": 9481, "sink": 9482, "agent": 9483, "runner": 9484}
 #: a check that returns None when fine, else the reason in a few words
 Check = Callable[[], str | None]
 
