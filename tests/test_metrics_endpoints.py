@@ -23,7 +23,9 @@ from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from rankscope.collectors.agent.stats import AgentStats, CollectorStats
+from rankscope.grafana import DASHBOARDS_DIR
 from rankscope.kafka_admin import create_pipeline_topics
+from rankscope.observability.dashboard import HEALTH_UID, build_health_dashboard
 from rankscope.observability.exporters import agent_samples, sink_samples, worker_samples
 from rankscope.observability.metrics import METRICS, ProcessMetrics
 from rankscope.observability.server import Health, serve
@@ -158,6 +160,38 @@ def test_endpoints_serve_metrics_and_flip_readiness_and_liveness() -> None:
         assert serve(metrics, health, server.port, host="127.0.0.1") is None
     finally:
         server.close()
+
+
+def test_the_health_dashboard_reads_only_declared_metrics_from_a_chosen_prometheus() -> None:
+    doc = build_health_dashboard()
+    committed = DASHBOARDS_DIR / "health" / f"{HEALTH_UID}.json"
+    assert json.loads(committed.read_text()) == doc, (
+        "run `rankscope grafana build --out rankscope/dashboards`"
+    )
+    [variable] = doc["templating"]["list"]
+    assert (variable["type"], variable["query"]) == ("datasource", "prometheus")
+    titles = {p["title"] for p in doc["panels"]}
+    assert {
+        "Throughput per stage",
+        "Dead letters by reason",
+        "Consumer lag per partition",
+        "ClickHouse insert latency",
+        "Window close delay",
+    } <= titles
+    used: set[str] = set()
+    for panel in doc["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"]
+            for name in re.findall(r"\brankscope_\w+", target["expr"]):
+                base = re.sub(r"_(total|bucket)$", "", name)
+                assert base in METRICS, (panel["title"], name)
+                kind = METRICS[base].kind
+                assert name.endswith("_total") == (kind == "counter"), name
+                assert name.endswith("_bucket") == (kind == "histogram"), name
+                used.add(base)
+    # every metric a process exports is on the dashboard
+    assert used == set(METRICS), set(METRICS) - used
 
 
 # ----------------------------------------------------------------------------- integration
