@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-__all__ = ["DEFAULT_PORTS", "METRICS", "MetricSpec", "ProcessMetrics", "Sample"]
+__all__ = ["DEFAULT_PORTS", "METRICS", "MetricSpec", "ProcessMetrics", "Sample", "markdown_table"]
 
 #: where each long-running role listens unless told otherwise (``--metrics-port``; -1: off)
 DEFAULT_PORTS = {"worker": 9481, "sink": 9482, "agent": 9483, "runner": 9484}
@@ -135,6 +135,16 @@ _SPECS = (
 
 #: the one table of metrics: name -> declaration
 METRICS: dict[str, MetricSpec] = {s.name: s for s in _SPECS}
+
+
+def markdown_table() -> str:
+    """The README's list of metrics (a test keeps the README equal to it)."""
+    rows = ["| metric | kind | labels | meaning |", "|---|---|---|---|"]
+    for m in METRICS.values():
+        name = f"{m.name}_total" if m.kind == "counter" else m.name
+        labels = ", ".join(m.labels)
+        rows.append(f"| `{name}` | {m.kind} | {labels} | {m.help} |")
+    return "\n".join(rows) + "\n"
 
 
 class _Snapshot(Collector):
