@@ -1,21 +1,23 @@
 """Metrics and health endpoints (issue 18 point 3).
 
 Unit part: the declared metrics, the per-process registry and the three endpoints.
-Integration part (real broker, real chDB ClickHouse): a worker and a sink, started as the CLI
-starts them with ``--metrics-port 0``, scraped during a stream with bad records; ``/readyz``
-follows a private broker that is stopped and started again.
+Integration part (real broker, real chDB ClickHouse): a worker, a sink, a recovery runner and a
+node agent, started as the CLI starts them with ``--metrics-port 0``, scraped during a stream
+with bad records; every ``/readyz`` follows a private broker that is stopped and started again.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -244,6 +246,42 @@ def endpoint_port(stage: StageProcess, role: str, timeout_s: float = 90) -> int:
     return found[0]
 
 
+def agent_process(cfg: PipelineConfig, tmp_path: Path) -> StageProcess:
+    """``rankscope agent --metrics-port 0`` with heartbeats only (no hardware needed); a short
+    delivery timeout, so that a stopped broker shows as failed deliveries within seconds."""
+    config = {
+        "cluster": "it",
+        "node": "metrics-node-01",
+        "kafka": {
+            "bootstrap": cfg.bootstrap,
+            "topic_prefix": cfg.topic_prefix,
+            "linger_ms": 5,
+            "delivery_timeout_ms": 3000,
+            "extra": {"reconnect.backoff.max.ms": "500"},
+        },
+        "spool": {"dir": str(tmp_path / "spool")},
+        "heartbeat_interval_s": 0.5,
+        "retry_backoff_s": 0.2,
+        "retry_backoff_max_s": 1.0,
+    }
+    path = tmp_path / "agent.yaml"
+    path.write_text(json.dumps(config))  # JSON is YAML
+    return StageProcess(
+        "agent",
+        [sys.executable, "-m", "rankscope", "agent", "--config", str(path), "--metrics-port", "0"],
+        tmp_path / "agent.log",
+    )
+
+
+@contextmanager
+def stopped_after(stage: StageProcess) -> Iterator[StageProcess]:
+    stage.start()
+    try:
+        yield stage
+    finally:
+        stage.stop()
+
+
 class Stream:
     """Raw records on a thread until stopped: valid span batches with bad records between."""
 
@@ -281,7 +319,7 @@ class Stream:
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_worker_and_sink_metrics_during_a_stream_and_readiness_follows_the_broker(
+def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_follow_the_broker(
     services: Services, private_kafka: LocalKafka, tmp_path: Path
 ) -> None:
     tag = f"t{uuid.uuid4().hex[:10]}"
@@ -292,13 +330,17 @@ def test_worker_and_sink_metrics_during_a_stream_and_readiness_follows_the_broke
         database=tag,
         home=tmp_path / "home",
         env={"RANKSCOPE_METRICS_PORT": "0"},  # what --metrics-port 0 sets: any free port
-        actuators=False,
     )
     create_pipeline_topics(cfg.bootstrap, cfg.topics, partitions=2)
     migrate(connect(cfg.clickhouse_url), cfg.database)
-    with Pipeline(cfg) as pipeline:
+    agent = agent_process(cfg, tmp_path)
+    with Pipeline(cfg) as pipeline, stopped_after(agent):
         worker_port = endpoint_port(pipeline.worker, "worker")
         sink_port = endpoint_port(pipeline.sink, "sink")
+        runner_port = endpoint_port(pipeline.actuators, "runner")
+        agent_port = endpoint_port(agent, "agent")
+        ports = {"worker": worker_port, "sink": sink_port, "runner": runner_port}
+        ports["agent"] = agent_port
         pipeline.wait_ready(120)
         lag_seen = {"worker": 0.0, "sink": 0.0}
 
@@ -333,25 +375,29 @@ def test_worker_and_sink_metrics_during_a_stream_and_readiness_follows_the_broke
         assert total(s, "rankscope_sink_insert_seconds_count") > 0
         assert lag_seen["worker"] > 0 and lag_seen["sink"] > 0, lag_seen
         assert stream.records > 0
-        for port in (worker_port, sink_port):
-            assert get(f"http://127.0.0.1:{port}/readyz") == (200, "ok\n")
-            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        a = scrape(agent_port)
+        assert total(a, "rankscope_agent_events_total", source="heartbeat") > 0
+        assert total(a, "rankscope_agent_delivered_total") > 0
+        assert total(scrape(runner_port), "rankscope_up", role="runner") == 1
+        for role, port in ports.items():
+            assert get(f"http://127.0.0.1:{port}/readyz") == (200, "ok\n"), role
+            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200, role
 
         private_kafka.stop(timeout_s=30)
-        for port in (worker_port, sink_port):
+        for role, port in ports.items():
             wait_until(
                 lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 503,  # noqa: B023
-                60,
-                "readiness to drop with the broker",
+                90,
+                f"the {role}'s readiness to drop with the broker",
             )
             status, body = get(f"http://127.0.0.1:{port}/readyz")
-            assert status == 503 and "broker unreachable" in body, body
-            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200  # alive all along
+            assert status == 503 and "broker unreachable" in body, (role, body)
+            assert get(f"http://127.0.0.1:{port}/healthz")[0] == 200, role  # alive all along
         private_kafka.start(timeout_s=90)  # same data, same port
-        for port in (worker_port, sink_port):
+        for role, port in ports.items():
             wait_until(
                 lambda: get(f"http://127.0.0.1:{port}/readyz")[0] == 200,  # noqa: B023
                 120,
-                "readiness to return with the broker",
+                f"the {role}'s readiness to return with the broker",
             )
         print(f"lag seen during the stream: {lag_seen}; {stream.records} valid records")
