@@ -38,7 +38,7 @@ from rankscope.sinks.clickhouse import connect, migrate
 from rankscope.sinks.kafka_sink import SinkStats
 from rankscope.streams.stages.shared import StageCounters
 from tests.conftest import Services
-from tests.factories import NOW_NS, span
+from tests.factories import NOW_NS, comm, span
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -302,6 +302,9 @@ class Stream:
             if batch % 10 == 0:
                 for value in BAD_RECORDS.values():
                     self.producer.produce(self.topic, key=job.encode(), value=value)
+                # the NCCL line parsed, as our collector sends it: its peer address is redacted
+                line = comm(NCCL_LINE.decode(), NOW_NS + batch * 10**7, job=job)
+                self.producer.produce(self.topic, key=job.encode(), value=dump_events([line]))
             self.records += 1
             self.producer.poll(0)
             if batch % 200 == 0:
@@ -356,6 +359,7 @@ def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_foll
             stored_dead = total(s, "rankscope_sink_rows_total", table="deadletter")
             return (
                 min(lag_seen.values()) > 0
+                and total(w, "rankscope_worker_redaction_findings_total") > 0
                 and all(
                     total(w, "rankscope_worker_dead_letters_total", reason=r) > 0
                     for r in BAD_RECORDS
@@ -368,6 +372,11 @@ def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_foll
         w, s = scrape(worker_port), scrape(sink_port)
         assert total(w, "rankscope_worker_records_in_total", topic=cfg.topics.raw) > 0
         assert total(w, "rankscope_worker_events_valid_total") > 0
+        findings = {
+            dict(ls)["entity"]: v
+            for (n, ls), v in w.items()
+            if n == "rankscope_worker_redaction_findings_total"
+        }
         assert total(w, "rankscope_worker_window_records_in_total") > 0
         assert total(s, "rankscope_sink_records_total") > 0
         assert total(s, "rankscope_sink_rows_total", table="deadletter") > 0
@@ -400,4 +409,7 @@ def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_foll
                 120,
                 f"the {role}'s readiness to return with the broker",
             )
-        print(f"lag seen during the stream: {lag_seen}; {stream.records} valid records")
+        print(
+            f"lag seen during the stream: {lag_seen}; {stream.records} valid records; "
+            f"redaction findings by entity: {findings}"
+        )
