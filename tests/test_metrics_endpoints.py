@@ -28,7 +28,12 @@ from rankscope.collectors.agent.stats import AgentStats, CollectorStats
 from rankscope.grafana import DASHBOARDS_DIR
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.observability.dashboard import HEALTH_UID, build_health_dashboard
-from rankscope.observability.exporters import agent_samples, sink_samples, worker_samples
+from rankscope.observability.exporters import (
+    agent_samples,
+    serve_sink,
+    sink_samples,
+    worker_samples,
+)
 from rankscope.observability.metrics import METRICS, ProcessMetrics, markdown_table
 from rankscope.observability.server import Health, serve
 from rankscope.pipeline import Pipeline, PipelineConfig, StageProcess
@@ -151,7 +156,6 @@ def test_endpoints_serve_metrics_and_flip_readiness_and_liveness() -> None:
         [lambda: "broker unreachable" if broker_down[0] else None],
         last_beat=lambda: beat[0],
         stale_after_s=30,
-        started=time.monotonic() - 100,  # started long ago: no start-up grace left
     )
     server = serve(metrics, health, 0, host="127.0.0.1")
     assert server is not None and server.port > 0
@@ -205,6 +209,25 @@ def test_the_health_dashboard_reads_only_declared_metrics_from_a_chosen_promethe
 
 
 # ----------------------------------------------------------------------------- integration
+
+
+@pytest.mark.integration
+def test_the_sink_is_not_ready_while_it_waits_for_clickhouse(services: Services) -> None:
+    stats = SinkStats()
+    server = serve_sink(stats, services.bootstrap, None, 0)
+    assert server is not None
+    try:
+        assert get(f"http://127.0.0.1:{server.port}/readyz") == (200, "ok\n")
+        stats.in_outage = True  # what the sink sets while it waits out an outage
+        assert get(f"http://127.0.0.1:{server.port}/readyz") == (503, "waiting for ClickHouse\n")
+        assert total(scrape(server.port), "rankscope_sink_in_outage") == 1
+        stats.in_outage = False
+        assert get(f"http://127.0.0.1:{server.port}/readyz")[0] == 200
+        stats.polled -= 120  # the poll loop has not turned for two minutes
+        status, body = get(f"http://127.0.0.1:{server.port}/healthz")
+        assert status == 503 and "main loop quiet" in body
+    finally:
+        server.close()
 
 
 #: a real NCCL line (NVIDIA/nccl issue 963, kept with its source in tests/data/nccl_log), as a
@@ -297,13 +320,15 @@ class Stream:
         while not self.stop.is_set():
             batch += 1
             job = f"job-{batch % 4}"
-            events = [span(r, NOW_NS + batch * 10**7 + r, job=job, step=batch) for r in range(64)]
+            events = [
+                span(r, NOW_NS + batch * 5 * 10**7 + r, job=job, step=batch) for r in range(64)
+            ]
             self.producer.produce(self.topic, key=job.encode(), value=dump_events(list(events)))
             if batch % 10 == 0:
                 for value in BAD_RECORDS.values():
                     self.producer.produce(self.topic, key=job.encode(), value=value)
                 # the NCCL line parsed, as our collector sends it: its peer address is redacted
-                line = comm(NCCL_LINE.decode(), NOW_NS + batch * 10**7, job=job)
+                line = comm(NCCL_LINE.decode(), NOW_NS + batch * 5 * 10**7, job=job)
                 self.producer.produce(self.topic, key=job.encode(), value=dump_events([line]))
             self.records += 1
             self.producer.poll(0)
@@ -360,6 +385,7 @@ def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_foll
             return (
                 min(lag_seen.values()) > 0
                 and total(w, "rankscope_worker_redaction_findings_total") > 0
+                and total(w, "rankscope_worker_window_close_delay_seconds_count") > 0
                 and all(
                     total(w, "rankscope_worker_dead_letters_total", reason=r) > 0
                     for r in BAD_RECORDS
@@ -378,6 +404,7 @@ def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_foll
             if n == "rankscope_worker_redaction_findings_total"
         }
         assert total(w, "rankscope_worker_window_records_in_total") > 0
+        assert total(w, "rankscope_worker_windows_emitted_total") > 0
         assert total(s, "rankscope_sink_records_total") > 0
         assert total(s, "rankscope_sink_rows_total", table="deadletter") > 0
         assert total(s, "rankscope_sink_batch_rows_count") > 0
@@ -410,6 +437,8 @@ def test_worker_sink_agent_and_runner_metrics_during_a_stream_and_readiness_foll
                 f"the {role}'s readiness to return with the broker",
             )
         print(
+            f"windows {total(w, 'rankscope_worker_windows_emitted_total')}, delays "
+            f"{total(w, 'rankscope_worker_window_close_delay_seconds_count')}; "
             f"lag seen during the stream: {lag_seen}; {stream.records} valid records; "
             f"redaction findings by entity: {findings}"
         )

@@ -68,20 +68,18 @@ class Health:
         ready: list[Check],
         last_beat: Callable[[], float] | None = None,
         stale_after_s: float = 60.0,
-        started: float | None = None,
     ) -> None:
-        """``last_beat``: when the main loop last turned (monotonic); None: the process
-        answering at all is its liveness (a process whose own threads are supervised).
-        ``started`` (monotonic, default now) counts as a beat: start-up takes a while."""
+        """``last_beat``: when the main loop last turned (monotonic; the stats objects start
+        with their creation time, so start-up counts as a turn); None: the process answering
+        at all is its liveness (a process whose own threads are supervised)."""
         self._ready = ready
         self._last_beat = last_beat
         self.stale_after_s = stale_after_s
-        self._started = time.monotonic() if started is None else started
 
     def live(self) -> str | None:
         if self._last_beat is None:
             return None
-        quiet = time.monotonic() - max(self._started, self._last_beat())
+        quiet = time.monotonic() - self._last_beat()
         return None if quiet < self.stale_after_s else f"main loop quiet for {quiet:.0f} s"
 
     def ready(self) -> str | None:
