@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from rankscope.observability.metrics import DEFAULT_PORTS
 from rankscope.settings import Settings
 from rankscope.sinks.access import RoleName
 
@@ -189,6 +190,18 @@ FormatOpt = Annotated[
 ]
 
 
+#: ``--metrics-port`` of the long-running commands: ``/metrics``, ``/healthz`` and ``/readyz``
+#: (README "Monitoring"); the default port of each role is ``METRICS_PORTS[role]``
+METRICS_PORTS = DEFAULT_PORTS
+MetricsPortOpt = Annotated[
+    int,
+    typer.Option(
+        help="Port of /metrics, /healthz and /readyz (0: any free port, logged; -1: off).",
+        envvar="RANKSCOPE_METRICS_PORT",
+    ),
+]
+
+
 def _plain(value: Any) -> Any:
     """A cell as JSON and CSV carry it: times in ISO 8601, the rest as the database gave it."""
     if isinstance(value, datetime | date):
@@ -215,3 +228,8 @@ def render(
         for r in rows:
             table.add_row(*("" if v is None else str(v) for v in r))
         console.print(table)
+
+
+def port_or_off(port: int) -> int | None:
+    """-1 (any negative port) turns the endpoint off."""
+    return None if port < 0 else port

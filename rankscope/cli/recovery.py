@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -15,16 +16,19 @@ from rankscope.cli.options import (
     DEFAULT_DATABASE,
     DEFAULT_HOME,
     DEFAULT_PREFIX,
+    METRICS_PORTS,
     BootstrapOpt,
     ClickHouseOpt,
     DatabaseOpt,
     FormatOpt,
     HomeOpt,
+    MetricsPortOpt,
     OutputFormat,
     PrefixOpt,
     console,
     local_bootstrap,
     local_clickhouse_url,
+    port_or_off,
     render,
 )
 
@@ -200,6 +204,7 @@ def run(
     kube_token_file: Annotated[Path, typer.Option(help="Service-account token file.")] = Path(
         "/var/run/secrets/kubernetes.io/serviceaccount/token"
     ),
+    metrics_port: MetricsPortOpt = METRICS_PORTS["runner"],
 ) -> None:
     """Run signed recovery decisions through an actuator, each key at most once (ledger and
     signing key in HOME); refusals (unsigned, forged, replayed, expired, invalid identifiers)
@@ -270,4 +275,10 @@ def run(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    run_loop(runner, consumer, producer, topic, lambda: stop)
+    outcomes: Counter[str] = Counter()
+    port = port_or_off(metrics_port)
+    if port is not None:
+        from rankscope.observability.exporters import serve_runner
+
+        serve_runner(outcomes, bootstrap, port)
+    run_loop(runner, consumer, producer, topic, lambda: stop, outcomes=outcomes)

@@ -12,15 +12,18 @@ from rankscope.cli.options import (
     DEFAULT_DATABASE,
     DEFAULT_HOME,
     DEFAULT_PREFIX,
+    METRICS_PORTS,
     BootstrapOpt,
     ClickHouseOpt,
     DatabaseOpt,
     HomeOpt,
+    MetricsPortOpt,
     PrefixOpt,
     err,
     local_bootstrap,
     local_clickhouse_url,
     make_settings,
+    port_or_off,
 )
 
 
@@ -31,6 +34,7 @@ def worker(
     log_level: Annotated[
         str, typer.Option(help="faust's log level: debug, info, warn or error.")
     ] = "warn",
+    metrics_port: MetricsPortOpt = METRICS_PORTS["worker"],
 ) -> None:
     """Run a stream worker (faust) in the foreground: validate and redact the raw topics
     (agents' events, OpenTelemetry Collector spans and logs; bad records to dead letters),
@@ -40,7 +44,7 @@ def worker(
 
     broker = bootstrap or local_bootstrap(home)
     cfg = make_settings(home, broker, prefix=prefix).streams(broker)
-    run_worker(cfg.model_copy(update={"log_level": log_level}))
+    run_worker(cfg.model_copy(update={"log_level": log_level}), port_or_off(metrics_port))
 
 
 def sink(
@@ -52,6 +56,7 @@ def sink(
     max_batch_rows: Annotated[
         int, typer.Option(help="Rows per ClickHouse insert, at most.")
     ] = 50_000,
+    metrics_port: MetricsPortOpt = METRICS_PORTS["sink"],
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
     from rankscope.sinks.kafka_sink import run_sink
@@ -60,5 +65,7 @@ def sink(
     broker = bootstrap or local_bootstrap(home)
     url = clickhouse_url or local_clickhouse_url(home, role="writer")
     cfg = make_settings(home, broker, url, prefix, database).sink(broker, url)
-    stats = run_sink(cfg.model_copy(update={"max_batch_rows": max_batch_rows}))
+    stats = run_sink(
+        cfg.model_copy(update={"max_batch_rows": max_batch_rows}), port_or_off(metrics_port)
+    )
     err.print(f"sink stopped: {stats}")
