@@ -20,7 +20,7 @@ from typing import Any
 from rankscope.redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
 from rankscope.redaction.policy import FieldPolicy, FieldRule
 from rankscope.redaction.rules import RuleSet
-from rankscope.schemas.derived import QuarantinedEvent, RedactionAudit
+from rankscope.schemas.derived import QuarantinedEvent, RedactionAudit, RedactionStageName
 from rankscope.schemas.events import Event, dump_event
 
 DROPPED = "[DROPPED]"
@@ -67,8 +67,14 @@ _Slot = tuple[FieldRule, str | None, str]
 
 class RedactionStage:
     def __init__(
-        self, rules: RuleSet, key: bytes | None, redactor: PresidioRedactor | None = None
+        self,
+        rules: RuleSet,
+        key: bytes | None,
+        redactor: PresidioRedactor | None = None,
+        *,
+        stage: RedactionStageName = "stream",
     ) -> None:
+        self.stage = stage  # written on every audit row: where the findings were made
         self.rules = rules
         self.version = rules.version
         self.policy = FieldPolicy(rules)
@@ -187,6 +193,19 @@ class RedactionStage:
                 RedactionAudit(
                     audit_id=RedactionAudit.make_id(
                         record, str(window), cluster, job, kind, path, entity, rule_name, action
+                    )
+                    if self.stage == "stream"  # (ids of rows written before stages existed)
+                    else RedactionAudit.make_id(
+                        record,
+                        str(window),
+                        cluster,
+                        job,
+                        kind,
+                        path,
+                        entity,
+                        rule_name,
+                        action,
+                        self.stage,
                     ),
                     window_start_ns=window,
                     cluster=cluster,
@@ -198,6 +217,7 @@ class RedactionStage:
                     action=action,
                     count=n,
                     rules_version=self.version,
+                    stage=self.stage,
                 )
             )
         return out
