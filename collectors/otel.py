@@ -49,6 +49,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rankscope.collectors.base import JobBinding, binding_from_environ
 from rankscope.collectors.publisher import Publisher, PublisherConfig
+from rankscope.redaction.source import SourceRedaction, SourceRedactionConfig
+from rankscope.schemas.derived import RedactionAudit
 from rankscope.schemas.events import Event, SpanEvent
 from rankscope.schemas.otel_mapping import (
     ATTR_CLUSTER,
@@ -120,12 +122,19 @@ class OtelExportConfig(BaseModel):
     flush_timeout_s: float = Field(
         default=10.0, gt=0, description="Longest force_flush/shutdown waits for Kafka acks."
     )
+    redaction: SourceRedactionConfig = Field(
+        default_factory=SourceRedactionConfig,
+        description="Redaction of span text (names, status, attributes) before producing; on "
+        "by default, redaction.enabled=False turns it off.",
+    )
 
 
 class SpanPublisher(Protocol):
     """What the exporter needs of :class:`~collectors.publisher.Publisher` (a test seam)."""
 
     def publish(self, events: Iterable[Event]) -> object: ...
+
+    def publish_audit(self, rows: Iterable[RedactionAudit]) -> object: ...
 
     def flush(self, timeout_s: float = ...) -> object: ...
 
@@ -138,6 +147,7 @@ class ExporterStats:
 
     spans_published: int = 0
     spans_rejected: int = 0
+    redaction_audit_rows: int = 0  # findings rows produced to the audit topic
     export_failures: int = 0
     last_error: str | None = None
 
@@ -240,6 +250,11 @@ class KafkaSpanExporter(SpanExporter):
         )
         self._lock = threading.Lock()  # export (worker thread) vs flush (caller thread)
         self._closed = False
+        self.redaction = (
+            SourceRedaction(config.redaction, stage="exporter", origin=self.defaults.node)
+            if config.redaction.enabled
+            else None
+        )
 
     @property
     def publisher(self) -> SpanPublisher:
@@ -262,9 +277,16 @@ class KafkaSpanExporter(SpanExporter):
                 log.warning("span not exported: %s", self.stats.last_error)
         if not events:
             return SpanExportResult.SUCCESS
+        published: Sequence[Event] = events
+        audit: list[RedactionAudit] = []
+        if self.redaction is not None:  # fails closed inside: never raises, never passes raw
+            published, audit = self.redaction.apply(events)
         with self._lock:
             try:
-                self._publisher.publish(events)
+                self._publisher.publish(published)
+                if audit:
+                    self._publisher.publish_audit(audit)
+                    self.stats.redaction_audit_rows += len(audit)
             except Exception as exc:  # KafkaException, closed publisher, ...: counted, reported
                 self.stats.export_failures += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"

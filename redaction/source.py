@@ -23,15 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rankscope.redaction.keys import load_key
-from rankscope.redaction.light import LightRedactor
 from rankscope.redaction.rules import load_rules
-from rankscope.redaction.stage import RedactionStage
 from rankscope.schemas.derived import RedactionAudit, RedactionStageName
 from rankscope.schemas.events import Event
+
+if TYPE_CHECKING:  # Presidio is imported when redaction is built, not with the configs
+    from rankscope.redaction.light import LightRedactor
 
 __all__ = ["SourceRedaction", "SourceRedactionConfig", "SourceRedactionStats"]
 
@@ -73,6 +75,8 @@ class SourceRedactionStats:
 @lru_cache(maxsize=4)
 def _redactor(rules_path: Path | None, key: bytes | None) -> LightRedactor:
     """One light redactor per rules and key in a process (building one compiles every regex)."""
+    from rankscope.redaction.light import LightRedactor
+
     return LightRedactor(load_rules(rules_path), key)
 
 
@@ -85,6 +89,8 @@ class SourceRedaction:
         rules = load_rules(config.rules_path)
         key = load_key(rules.settings.key_env, config.key_file, create=False)
         redactor = _redactor(config.rules_path, key)
+        from rankscope.redaction.stage import RedactionStage
+
         self.stage = RedactionStage(rules, key, redactor, stage=stage)
         self.stats = SourceRedactionStats()
         # audit ids are derived from this "record" name: unique per process and batch

@@ -1,6 +1,8 @@
-"""The write-ahead step: events are batched per partition key, serialised in the Kafka
+"""The write-ahead step: events are redacted (light mode, issue 16: no secret the rules know
+reaches the disk spool or the raw topic), batched per partition key, serialised in the Kafka
 wire format and appended to the spool before any network I/O, so nothing sampled while Kafka is
-away is lost (a spool overflow is itself reported as an event)."""
+away is lost (a spool overflow is itself reported as an event). The redaction audit rows go
+through the same spool, tagged for the audit topic."""
 
 from __future__ import annotations
 
@@ -13,10 +15,16 @@ from rankscope.collectors.agent.stats import CollectorStats
 from rankscope.collectors.base import EventFactory
 from rankscope.collectors.publisher import batch_events
 from rankscope.collectors.spool import RecordTooLargeError, Spool
+from rankscope.redaction.source import SourceRedaction
 from rankscope.schemas import AgentEventEvent, Event, dump_events
+from rankscope.schemas.derived import RedactionAudit
 from rankscope.schemas.payloads import AgentEvent, AgentEventType
 
-__all__ = ["SpoolIngest"]
+__all__ = ["AUDIT_RECORD_KIND", "SpoolIngest"]
+
+#: spool meta kind of a redaction audit row (one row per record; delivery sends it to the
+#: audit topic, every other record to the raw topic)
+AUDIT_RECORD_KIND = b"redaction_audit"
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +56,12 @@ class SpoolIngest:
         self.spooled = 0
         self.lost = 0  # could not be spooled at all (too large, spool closed)
         self.reported_dropped = 0
+        #: light redaction before the spool (None: turned off in the config)
+        self.redaction = (
+            SourceRedaction(config.redaction, stage="agent", origin=config.node)
+            if config.redaction.enabled
+            else None
+        )
 
     def emit_from(self, name: str, events: Sequence[Event]) -> None:
         """The ``emit`` handed to event-driven collectors (thread-safe)."""
@@ -72,16 +86,22 @@ class SpoolIngest:
         """Serialise per key batch and append to the spool: the write-ahead step."""
         if not events:
             return
+        sampled = len(events)
+        audit: list[RedactionAudit] = []
+        if self.redaction is not None:
+            events, audit = self.redaction.apply(events)
         with self.lock:
-            self.sampled += len(events)
+            self.sampled += sampled
             if self.tap is not None:
                 self.tap(events)
             spool = self.spool
             if spool is None or spool.closed:
-                self.lost += len(events)
-                log.error("agent not running: %d event(s) not spooled", len(events))
+                self.lost += sampled
+                log.error("agent not running: %d event(s) not spooled", sampled)
                 return
             self._append(spool, events)
+            for row in audit:
+                self._append_audit(spool, row)
             dropped = spool.dropped_events
             if dropped > self.reported_dropped:
                 delta = dropped - self.reported_dropped
@@ -109,6 +129,16 @@ class SpoolIngest:
         with self.lock:
             if self.spool is not None:
                 self.spool.close()
+
+    def _append_audit(self, spool: Spool, row: RedactionAudit) -> None:
+        try:
+            spool.append(
+                row.model_dump_json().encode(),
+                0,  # counts, not events: the event counters stay the events'
+                meta=AUDIT_RECORD_KIND + b"\n" + row.job_id.encode(),
+            )
+        except (RecordTooLargeError, OSError) as exc:
+            log.error("redaction audit row not spooled: %s", exc)
 
     def _append(self, spool: Spool, events: Sequence[Event]) -> None:
         for key, batch in batch_events(events, self.config.kafka.max_batch_events):
