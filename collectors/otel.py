@@ -50,8 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from rankscope.collectors.base import JobBinding, binding_from_environ
 from rankscope.collectors.publisher import Publisher, PublisherConfig
 from rankscope.redaction.source import SourceRedaction, SourceRedactionConfig
-from rankscope.schemas.derived import RedactionAudit
-from rankscope.schemas.events import Event, SpanEvent
+from rankscope.schemas.envelope import new_event_id
+from rankscope.schemas.events import AgentEventEvent, Event, SpanEvent
 from rankscope.schemas.otel_mapping import (
     ATTR_CLUSTER,
     ATTR_JOB_ID,
@@ -69,7 +69,7 @@ from rankscope.schemas.otel_mapping import (
     StatusText,
     build_span_event,
 )
-from rankscope.schemas.payloads import AttrValue, SpanPhase
+from rankscope.schemas.payloads import AgentEvent, AttrValue, SpanPhase
 
 __all__ = [
     "ExporterStats",
@@ -86,6 +86,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTER = "default"
+EXPORTER_NAME = "rankscope-otel-exporter"  # the agent field of its redaction report events
 STEP_SPAN_NAME = "train_step"  # what the simulator calls it too
 _STATUS: dict[StatusCode, StatusText] = {
     StatusCode.UNSET: "unset",
@@ -134,8 +135,6 @@ class SpanPublisher(Protocol):
 
     def publish(self, events: Iterable[Event]) -> object: ...
 
-    def publish_audit(self, rows: Iterable[RedactionAudit]) -> object: ...
-
     def flush(self, timeout_s: float = ...) -> object: ...
 
     def close(self, timeout_s: float = ...) -> None: ...
@@ -147,7 +146,6 @@ class ExporterStats:
 
     spans_published: int = 0
     spans_rejected: int = 0
-    redaction_audit_rows: int = 0  # findings rows produced to the audit topic
     export_failures: int = 0
     last_error: str | None = None
 
@@ -278,15 +276,11 @@ class KafkaSpanExporter(SpanExporter):
         if not events:
             return SpanExportResult.SUCCESS
         published: Sequence[Event] = events
-        audit: list[RedactionAudit] = []
         if self.redaction is not None:  # fails closed inside: never raises, never passes raw
-            published, audit = self.redaction.apply(events)
+            published = self.redaction.publishable(events, self._report, agent=EXPORTER_NAME)
         with self._lock:
             try:
                 self._publisher.publish(published)
-                if audit:
-                    self._publisher.publish_audit(audit)
-                    self.stats.redaction_audit_rows += len(audit)
             except Exception as exc:  # KafkaException, closed publisher, ...: counted, reported
                 self.stats.export_failures += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
@@ -294,6 +288,23 @@ class KafkaSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
         self.stats.spans_published += len(events)
         return SpanExportResult.SUCCESS
+
+    def _report(self, payload: AgentEvent) -> AgentEventEvent:
+        """The event carrying the exporter's redaction counts (node-level, this process's)."""
+        now = self._clock_ns()
+        d = self.defaults
+        return AgentEventEvent(
+            event_id=new_event_id(),
+            schema_id="agent_event/1",
+            kind="agent_event",
+            cluster=d.cluster,
+            node=d.node,
+            job_id=d.job_id,
+            rank=d.rank,
+            ts=now,
+            observed_ts=now,
+            payload=payload,
+        )
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Wait for Kafka to acknowledge what was exported; False if anything was lost."""

@@ -30,7 +30,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rankscope.kafka_security import AUTH_ERROR_CODES, KafkaAuthError, KafkaSecurity, resolve
 from rankscope.schemas import Event, Topics, dump_events, partition_key
-from rankscope.schemas.derived import RedactionAudit
 
 __all__ = [
     "CONTENT_TYPE_HEADER",
@@ -326,19 +325,9 @@ class Publisher:
             self._produce(self.topics.raw, key, batch)
         return replace(self.stats)
 
-    def publish_audit(self, rows: Iterable[RedactionAudit]) -> None:
-        """Produce redaction audit rows (counts, never values) of a producer that redacts
-        before publishing, one JSON row per message as the stream workers write them."""
-        for row in rows:
-            self._send(
-                self.topics.redaction_audit, row.job_id.encode(), row.model_dump_json().encode(), 0
-            )
-
     def _produce(self, topic: str, key: bytes, batch: list[Event]) -> None:
-        self._send(topic, key, dump_events(batch), len(batch))
-
-    def _send(self, topic: str, key: bytes, value: bytes, n_events: int) -> None:
-        callback = partial(self._on_delivery, n_events)
+        value = dump_events(batch)
+        callback = partial(self._on_delivery, len(batch))
         while True:
             try:
                 self.producer.produce(
@@ -353,7 +342,7 @@ class Publisher:
                 # Local queue full: let librdkafka send and serve callbacks, then retry.
                 self.producer.poll(0.1)
         self.stats.messages_sent += 1
-        self.stats.events_sent += n_events
+        self.stats.events_sent += len(batch)
         self.producer.poll(0)
 
     def flush(self, timeout_s: float = 30.0) -> PublisherStats:

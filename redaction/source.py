@@ -6,7 +6,8 @@ This is the stream's own stage (``RedactionStage``: field policy, per-field cach
 audit counts) over the light redactor, so a value is replaced by the same token at the source
 as downstream, and the stream stage, which leaves earlier replacement tokens alone (the
 ``redaction_placeholder`` allow rule), stays the second line for what the source could not do
-(NER, hash entities without a key, producers that do not redact).
+(NER, hash entities without a key, producers that do not redact). The counts travel as report
+events on the raw topic (``source_audit``).
 
 Fail closed: a value that cannot be redacted empties every scanned field of its event to
 ``[QUARANTINED]`` (the stage's marker); if the stage itself fails, every scanned field of the
@@ -29,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rankscope.redaction.keys import load_key
 from rankscope.redaction.rules import load_rules
+from rankscope.redaction.source_audit import ReportEventFactory, report_payloads
 from rankscope.schemas.derived import RedactionAudit, RedactionStageName
 from rankscope.schemas.events import Event
 
@@ -122,3 +124,13 @@ class SourceRedaction:
                     return [], []
             self.stats.audit_rows += len(result.audit)
             return result.events, result.audit
+
+    def publishable(
+        self, events: Sequence[Event], make: ReportEventFactory, *, agent: str
+    ) -> list[Event]:
+        """``apply``, with the audit rows as report events (``source_audit``) at the end: what
+        the producer publishes on the raw topic."""
+        out, audit = self.apply(events)
+        if audit:
+            out.extend(make(p) for p in report_payloads(audit, agent=agent))
+        return out

@@ -20,6 +20,7 @@ from typing import Any
 from rankscope.redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
 from rankscope.redaction.policy import FieldPolicy, FieldRule
 from rankscope.redaction.rules import RuleSet
+from rankscope.redaction.source_audit import audit_rows, parse_report
 from rankscope.schemas.derived import QuarantinedEvent, RedactionAudit, RedactionStageName
 from rankscope.schemas.events import Event, dump_event
 
@@ -159,6 +160,8 @@ class RedactionStage:
             for rule, key, value in slots:
                 path = rule.path if key is None or rule.key is not None else f"{rule.path}.{key}"
                 if rule.action == "drop":
+                    if value == DROPPED:  # dropped before publishing: counted where it was
+                        continue
                     changes.append((rule, key, DROPPED))
                     stats.values_dropped += 1
                     dims = (window, ev.cluster, ev.job_id, ev.kind, path, "", "field_policy")
@@ -188,6 +191,11 @@ class RedactionStage:
                 audit[(*dims, "quarantine")] += 1
                 continue
             out.events.append(_apply(ev, changes) if changes else ev)
+        if self.stage == "stream":  # what producers redacted before publishing, by stage
+            for i, ev in enumerate(events):
+                report = parse_report(ev)
+                if report is not None:
+                    out.audit.extend(audit_rows(ev, report, record, i))
         for (window, cluster, job, kind, path, entity, rule_name, action), n in audit.items():
             out.audit.append(
                 RedactionAudit(

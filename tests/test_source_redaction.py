@@ -17,14 +17,18 @@ from rankscope.collectors.agent import Agent, AgentConfig, env_overrides
 from rankscope.collectors.base import BaseCollector, EventFactory
 from rankscope.collectors.otel import KafkaSpanExporter, OtelExportConfig
 from rankscope.collectors.publisher import PublisherConfig
-from rankscope.schemas import CommEventEvent, Event
-from rankscope.schemas.derived import RedactionAudit
-from rankscope.schemas.payloads import CommEvent
+from rankscope.redaction.rules import load_rules
+from rankscope.redaction.source_audit import parse_report
+from rankscope.redaction.stage import RedactionStage
+from rankscope.schemas import AgentEventEvent, CommEventEvent, Event, SpanEvent
+from rankscope.schemas.payloads import AgentEvent, CommEvent
 from tests.test_agent import MemoryTransport, Tap, agent_config, wait_for
 
 # Token shapes from docs/redaction-formats.md (vendors' documented prefixes and lengths); the
 # values are generated for these tests. The NCCL line is NCCL's "NET/IB : Got completion from
 # peer ... with error" warning, as tests/test_nccl_log.py records it.
+RULES = load_rules()
+STREAM_KEY = b"stream-worker-key-0123456789abcdef"
 HF_TOKEN = "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"
 SLACK_TOKEN = "xoxb-2048137711-8820391442871-Zq7VwX3mKp9LtR2sYb6NcD4h"
 NCCL_LINE = (
@@ -108,14 +112,22 @@ def test_the_agent_redacts_before_spooling_and_sends_audit_rows_to_the_audit_top
     # the spool on disk never held the token either
     spooled = b"".join(p.read_bytes() for p in (tmp_path / "spool").rglob("*") if p.is_file())
     assert HF_TOKEN.encode() not in spooled
-    rows = [
-        RedactionAudit.model_validate_json(v) for v in _delivered(transport, "unit.redaction_audit")
+    # its counts travel as a report event on the raw topic (the agent may write nothing else)
+    assert {t for _, t, _, _ in transport.delivered} == {"unit.raw.events"}
+    reports = [e for e in _events(transport) if parse_report(e) is not None]
+    assert len(reports) == 1 and HF_TOKEN not in reports[0].model_dump_json()
+    # ...which the stream stage turns into audit rows that say the agent found it
+    rows = (
+        RedactionStage(RULES, STREAM_KEY).process(_events(transport), "unit.raw.events:0:7").audit
+    )
+    found = [r for r in rows if r.action != "near_miss"]
+    assert [(r.stage, r.kind, r.field, r.entity, r.rule, r.action) for r in found] == [
+        # the agent has no hash key here: the stream hashes the peer address (second line)
+        ("agent", "comm_event", "message", "API_TOKEN", "huggingface_token", "mask"),
+        ("stream", "comm_event", "message", "IP_ADDRESS", "presidio_ip", "hash"),
     ]
-    assert [(r.stage, r.kind, r.field, r.entity, r.action) for r in rows] == [
-        ("agent", "comm_event", "message", "API_TOKEN", "mask")
-    ]
-    assert all(HF_TOKEN not in json.dumps(r.model_dump()) for r in rows)
-    # the tap sees what is spooled; the agent counts events, not audit rows
+    assert found[0].cluster == "c1" and found[0].job_id == comm.job_id
+    # the tap sees what is spooled: the redacted line and the report
     assert [e for e in tap.events if isinstance(e, CommEventEvent)] == [comm]
 
 
@@ -124,7 +136,7 @@ def test_the_agent_switch_turns_source_redaction_off(tmp_path: Path) -> None:
     _, transport = _run_agent(config, [NCCL_LINE])
     (comm,) = [e for e in _events(transport) if isinstance(e, CommEventEvent)]
     assert comm.payload.message == NCCL_LINE  # raw: only the stream stage redacts now
-    assert _delivered(transport, "unit.redaction_audit") == []
+    assert [e for e in _events(transport) if parse_report(e) is not None] == []
 
 
 def test_the_switch_is_an_environment_override_too() -> None:
@@ -148,13 +160,9 @@ def test_the_switch_is_an_environment_override_too() -> None:
 class RecordingPublisher:
     def __init__(self) -> None:
         self.events: list[Event] = []
-        self.audit: list[RedactionAudit] = []
 
     def publish(self, events: Iterable[Event]) -> None:
         self.events.extend(events)
-
-    def publish_audit(self, rows: Iterable[RedactionAudit]) -> None:
-        self.audit.extend(rows)
 
     def flush(self, timeout_s: float = 30.0) -> None:
         return None
@@ -186,18 +194,71 @@ def _export(enabled: bool) -> RecordingPublisher:
 
 def test_the_exporter_redacts_span_text_before_producing() -> None:
     publisher = _export(enabled=True)
-    (span,) = publisher.events
+    span, report = publisher.events
+    assert isinstance(span, SpanEvent)
     text = span.model_dump_json()
     assert HF_TOKEN not in text and SLACK_TOKEN not in text
     assert span.payload.attributes["nccl.op"] == "AllReduce"
     assert span.payload.attributes["http.request.header.authorization"] == "[DROPPED]"
     assert "[API_TOKEN]" in span.payload.attributes["cmd"]
     assert "[API_TOKEN]" in span.payload.error_message
-    assert publisher.audit and {r.stage for r in publisher.audit} == {"exporter"}
-    assert {r.field for r in publisher.audit} >= {"name", "error_message", "attributes.cmd"}
+    parsed = parse_report(report)
+    assert parsed is not None and parsed.stage == "exporter"
+    assert report.node == span.node == "node001" and report.rank == 3
+    rows = RedactionStage(RULES, STREAM_KEY).process(publisher.events, "unit.raw.events:0:9").audit
+    by_stage = {(r.stage, r.field) for r in rows if r.action != "near_miss"}
+    assert {("exporter", "name"), ("exporter", "error_message")} <= by_stage
+    assert {("exporter", "attributes.cmd")} <= by_stage
+    assert ("exporter", "attributes.http.request.header.authorization") in by_stage  # dropped
+    assert {r.stage for r in rows} == {"exporter"}  # the stream found nothing more
 
 
 def test_the_exporter_switch_turns_it_off() -> None:
     publisher = _export(enabled=False)
     (span,) = publisher.events
-    assert HF_TOKEN in span.payload.error_message and publisher.audit == []
+    assert isinstance(span, SpanEvent) and HF_TOKEN in span.payload.error_message
+
+
+def _report_event(message: str) -> AgentEventEvent:
+    payload = AgentEvent(event_type="other", collector="redaction", count=1, message=message)
+    return AgentEventEvent(
+        event_id="report0000000001",
+        schema_id="agent_event/1",
+        kind="agent_event",
+        cluster="c1",
+        node="node001",
+        ts=1_796_409_720_000_000_000,
+        observed_ts=1_796_409_720_000_000_000,
+        payload=payload,
+    )
+
+
+def test_only_a_valid_producer_report_becomes_audit_rows() -> None:
+    """A report claiming the stream's stage, carrying a value-like field, or not JSON at all is
+    an ordinary agent event: no audit rows from it, and its text is scanned like any other."""
+    finding = {
+        "window_start_ns": 1_796_409_720_000_000_000,
+        "job_id": "job-1",
+        "kind": "comm_event",
+        "field": "message",
+        "entity": "API_TOKEN",
+        "rule": "huggingface_token",
+        "action": "mask",
+        "count": 2,
+    }
+    good = {"stage": "agent", "rules_version": RULES.version, "findings": [finding]}
+    stage = RedactionStage(RULES, STREAM_KEY)
+    rows = stage.process([_report_event(json.dumps(good))], "unit.raw.events:0:1").audit
+    assert [(r.stage, r.job_id, r.count) for r in rows] == [("agent", "job-1", 2)]
+    again = stage.process([_report_event(json.dumps(good))], "unit.raw.events:0:1").audit
+    assert [r.audit_id for r in again] == [r.audit_id for r in rows]  # a re-read rewrites
+    forged = [
+        {**good, "stage": "stream"},
+        {**good, "findings": [{**finding, "rule": f"token {HF_TOKEN}"}]},
+        {**good, "findings": []},
+    ]
+    for doc in forged:
+        out = stage.process([_report_event(json.dumps(doc))], "unit.raw.events:0:2")
+        assert [r for r in out.audit if r.stage != "stream"] == []
+        assert HF_TOKEN not in out.events[0].model_dump_json()
+    assert stage.process([_report_event("not json")], "unit.raw.events:0:3").audit == []

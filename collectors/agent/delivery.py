@@ -32,7 +32,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaException
 
 from rankscope.collectors.agent.config import AgentConfig
-from rankscope.collectors.agent.ingest import AUDIT_RECORD_KIND, SpoolIngest
+from rankscope.collectors.agent.ingest import SpoolIngest
 from rankscope.collectors.agent.transport import (
     DeliveryError,
     PermanentSendError,
@@ -119,13 +119,9 @@ class _Delivery:
                 if seq in self.done or seq in self.inflight:
                     self.sent_upto = seq
                     continue
-                # "<kind>\n<key>": events have an empty kind (spools of older agents name one)
-                kind, _, key = record.meta.partition(b"\n")
-                topic = (
-                    self.topics.redaction_audit if kind == AUDIT_RECORD_KIND else self.topics.raw
-                )
+                _, _, key = record.meta.partition(b"\n")  # "<kind>\n<key>", kind unused
                 try:
-                    self.transport.send(seq, topic, key, record.data, self._on_done)
+                    self.transport.send(seq, self.topics.raw, key, record.data, self._on_done)
                 except BufferError:
                     return  # local queue full: serve callbacks first
                 except PermanentSendError as exc:

@@ -1,8 +1,8 @@
 """The write-ahead step: events are redacted (light mode, issue 16: no secret the rules know
 reaches the disk spool or the raw topic), batched per partition key, serialised in the Kafka
 wire format and appended to the spool before any network I/O, so nothing sampled while Kafka is
-away is lost (a spool overflow is itself reported as an event). The redaction audit rows go
-through the same spool, tagged for the audit topic."""
+away is lost (a spool overflow is itself reported as an event, and so are the redaction
+counts)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,9 @@ from rankscope.collectors.publisher import batch_events
 from rankscope.collectors.spool import RecordTooLargeError, Spool
 from rankscope.redaction.source import SourceRedaction
 from rankscope.schemas import AgentEventEvent, Event, dump_events
-from rankscope.schemas.derived import RedactionAudit
 from rankscope.schemas.payloads import AgentEvent, AgentEventType
 
-__all__ = ["AUDIT_RECORD_KIND", "SpoolIngest"]
-
-#: spool meta kind of a redaction audit row (one row per record; delivery sends it to the
-#: audit topic, every other record to the raw topic)
-AUDIT_RECORD_KIND = b"redaction_audit"
+__all__ = ["SpoolIngest"]
 
 log = logging.getLogger(__name__)
 
@@ -86,22 +81,18 @@ class SpoolIngest:
         """Serialise per key batch and append to the spool: the write-ahead step."""
         if not events:
             return
-        sampled = len(events)
-        audit: list[RedactionAudit] = []
-        if self.redaction is not None:
-            events, audit = self.redaction.apply(events)
+        if self.redaction is not None:  # report events of its counts come last
+            events = self.redaction.publishable(events, self._report, agent=self.config.agent_name)
         with self.lock:
-            self.sampled += sampled
+            self.sampled += len(events)
             if self.tap is not None:
                 self.tap(events)
             spool = self.spool
             if spool is None or spool.closed:
-                self.lost += sampled
-                log.error("agent not running: %d event(s) not spooled", sampled)
+                self.lost += len(events)
+                log.error("agent not running: %d event(s) not spooled", len(events))
                 return
             self._append(spool, events)
-            for row in audit:
-                self._append_audit(spool, row)
             dropped = spool.dropped_events
             if dropped > self.reported_dropped:
                 delta = dropped - self.reported_dropped
@@ -124,21 +115,14 @@ class SpoolIngest:
                 self._append(spool, [overflow])
         self.wake.set()
 
+    def _report(self, payload: AgentEvent) -> AgentEventEvent:
+        return self.factory.make(AgentEventEvent, payload)
+
     def close_spool(self) -> None:
         """Close the spool under the ingest lock (no append can be half-way through it)."""
         with self.lock:
             if self.spool is not None:
                 self.spool.close()
-
-    def _append_audit(self, spool: Spool, row: RedactionAudit) -> None:
-        try:
-            spool.append(
-                row.model_dump_json().encode(),
-                0,  # counts, not events: the event counters stay the events'
-                meta=AUDIT_RECORD_KIND + b"\n" + row.job_id.encode(),
-            )
-        except (RecordTooLargeError, OSError) as exc:
-            log.error("redaction audit row not spooled: %s", exc)
 
     def _append(self, spool: Spool, events: Sequence[Event]) -> None:
         for key, batch in batch_events(events, self.config.kafka.max_batch_events):
