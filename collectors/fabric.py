@@ -14,6 +14,9 @@ Source: the RDMA core's sysfs (Linux ``drivers/infiniband/core/sysfs.c``,
     /sys/class/infiniband/<dev>/ports/<n>/rate          "400 Gb/sec (4X NDR)"
     /sys/class/infiniband/<dev>/ports/<n>/link_layer    "InfiniBand" | "Ethernet"
     /sys/class/infiniband/<dev>/ports/<n>/counters/*    PMA PortCounters(+Extended), one decimal
+    /sys/class/infiniband/<dev>/ports/<n>/counters_ext/* 64-bit PortCountersExtended on older
+                                                          kernels/OFED (mlx4: port_xmit_data_64,
+                                                          port_unicast_xmit_packets, ...)
     /sys/class/infiniband/<dev>/ports/<n>/hw_counters/* driver counters (u64; ``lifespan`` is a
                                                           setting, not a counter, and is skipped)
 
@@ -22,6 +25,21 @@ Decisions (so that queries read the numbers right):
 - ``counters`` holds the raw totals under the sysfs file names (``port_xmit_data`` stays in the
   kernel's unit, 4-byte words). A hw_counters name that collides with a counters name is stored
   as ``hw.<name>``.
+- ``counters_ext/`` (older kernels and MLNX_OFED drivers; names as listed by the kernel ABI and
+  Prometheus' procfs reader ``sysfs/class_infiniband.go``) is preferred over ``counters/``: its
+  64-bit totals are stored under the ``counters/`` name (``port_xmit_data_64`` ->
+  ``port_xmit_data``, ``port_unicast_xmit_packets`` -> ``unicast_xmit_packets``), so a query
+  does not depend on the driver, and the 32-bit file is not read.
+- Saturation (legacy 32-bit PMA PortCounters stop at 2**32-1; IBA counters do not wrap): when a
+  port has only 32-bit data/packet counters (no ``counters_ext``, not the extended set, never
+  seen >= 2**32) and one of them, or ``port_xmit_wait`` (32 bits in every set), reads 2**32-1,
+  its rate is omitted (a frozen total would read as 0/s) and one event per port and counter
+  says so (``other`` with ``counter`` set and ``new_state`` "saturated": no new event type, which
+  workers validating the old literal would reject); a later reset below the maximum re-arms it.
+- mlx5 ``hw_counters`` errors (``local_ack_timeout_err``, ``rnr_nak_retry_err``, ...; names from
+  the kernel's ``drivers/infiniband/hw/mlx5/counters.c``): ``hw_error_thresholds`` maps a name to
+  the increase *per poll* that raises an ``error_counter_increase`` (defaults in
+  ``DEFAULT_HW_ERROR_THRESHOLDS``); names in ``error_counters`` raise one on any increase.
 - ``rates_per_s`` are per-second increases since this port's previous successful poll. The two
   data counters are given as **bytes**/s under ``xmit_bytes`` and ``rcv_bytes`` (words x 4);
   there is no words/s rate, so nobody mistakes one for the other. Every other counter's rate is
@@ -65,17 +83,32 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final, NamedTuple
 
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from rankscope.collectors.base import BaseCollector, CollectorConfig, EventFactory
+from rankscope.collectors.base import BaseCollector, EventFactory
+from rankscope.collectors.fabric_counters import (
+    ALWAYS_32,
+    BYTE_RATES,
+    COUNTERS_EXT,
+    DEFAULT_ERROR_COUNTERS,
+    DEFAULT_HW_ERROR_THRESHOLDS,
+    EXTENDED_MARKER,
+    MAX_32,
+    PMA_ERROR_COUNTER_BITS,
+    SATURATING_32,
+    FabricCollectorConfig,
+    FabricStats,
+    counter_delta,
+)
 from rankscope.schemas.events import Event, FabricCountersEvent, FabricEventEvent
 from rankscope.schemas.payloads import FabricCounters, FabricEvent, FabricEventType
 
 __all__ = [
+    "COUNTERS_EXT",
     "DEFAULT_ERROR_COUNTERS",
+    "DEFAULT_HW_ERROR_THRESHOLDS",
     "PMA_ERROR_COUNTER_BITS",
     "FabricCollector",
     "FabricCollectorConfig",
@@ -84,81 +117,9 @@ __all__ = [
     "create_fabric_collector",
 ]
 
-#: Error counters watched by default (PMA PortCounters file names).
-DEFAULT_ERROR_COUNTERS: Final[tuple[str, ...]] = (
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_rcv_remote_physical_errors",
-    "local_link_integrity_errors",
-    "excessive_buffer_overrun_errors",
-)
-
-#: Widths of the PMA PortCounters error counters (kernel ``PORT_PMA_ATTR`` table). They saturate.
-PMA_ERROR_COUNTER_BITS: Final[dict[str, int]] = {
-    "symbol_error": 16,
-    "link_error_recovery": 8,
-    "link_downed": 8,
-    "port_rcv_errors": 16,
-    "port_rcv_remote_physical_errors": 16,
-    "port_rcv_switch_relay_errors": 16,
-    "port_xmit_discards": 16,
-    "port_xmit_constraint_errors": 8,
-    "port_rcv_constraint_errors": 8,
-    "local_link_integrity_errors": 4,
-    "excessive_buffer_overrun_errors": 4,
-    "VL15_dropped": 16,
-}
-
-#: Data counters (4-byte words) -> name of their bytes/s rate.
-_BYTE_RATES: Final[dict[str, str]] = {"port_xmit_data": "xmit_bytes", "port_rcv_data": "rcv_bytes"}
-#: Only present in the extended (64-bit) PortCountersExtended set.
-_EXTENDED_MARKER: Final = "unicast_xmit_packets"
 _ACTIVE_STATES: Final = frozenset({4, 5})
 _STATE_RE: Final = re.compile(r"\s*(\d+)\s*:\s*(\S+)")
 _READ_SIZE: Final = 4096
-
-
-class FabricCollectorConfig(CollectorConfig):
-    """Which HCAs to watch and which counters count as errors."""
-
-    interval_s: float = 1.0
-    sysfs_root: Path = Path("/sys/class/infiniband")
-    #: None = every device under ``sysfs_root``; a list also reports listed devices that are absent
-    devices: list[str] | None = None
-    error_counters: list[str] = Field(default_factory=lambda: list(DEFAULT_ERROR_COUNTERS))
-    read_hw_counters: bool = True
-    #: width override per counter name (e.g. {"port_xmit_data": 32} on a legacy-only HCA)
-    counter_bits: dict[str, int] = Field(default_factory=dict)
-
-
-@dataclass
-class FabricStats:
-    """Counts of what the collector saw and skipped (it never raises)."""
-
-    polls: int = 0
-    ports_polled: int = 0
-    root_unreadable: int = 0
-    counter_read_errors: int = 0
-    unparsable_values: int = 0
-    counter_wraps: int = 0
-    counter_resets: int = 0
-    invalid_events: int = 0
-
-
-def counter_delta(prev: int, cur: int, bits: int, *, saturating: bool = False) -> int | None:
-    """Increase of a counter between two reads, or None when it was reset (see module doc)."""
-    if cur >= prev:
-        return cur - prev
-    if saturating:
-        return None
-    modulus = 1 << bits
-    half = modulus >> 1
-    if half <= prev < modulus and cur < half:
-        return cur + modulus - prev
-    return None
 
 
 def _read(path: str) -> str:
@@ -194,6 +155,7 @@ class _Counter(NamedTuple):
     pma_bits: int | None  # width of a saturating PMA error counter
     fixed_bits: int | None  # configured width, or 64 for hw_counters; None = infer
     is_error: bool
+    threshold: int | None = None  # hw_counters: increase per poll that raises an event
 
 
 @dataclass
@@ -214,6 +176,8 @@ class _Port:
     rate: str = ""
     unreadable: bool = False
     unreadable_since_ns: int = 0
+    #: counters already reported as saturated (re-armed when they read below the maximum)
+    saturated: set[str] = field(default_factory=set)
 
 
 class FabricCollector(BaseCollector):
@@ -257,22 +221,41 @@ class FabricCollector(BaseCollector):
         """List the port's counter files once; raises OSError when the port is gone."""
         files: list[_Counter] = []
         overrides = self.config.counter_bits
+        edir = os.path.join(st.directory, "counters_ext")
+        ext = sorted(os.listdir(edir)) if os.path.isdir(edir) else []
+        for n in ext:
+            key = COUNTERS_EXT.get(n, n)
+            files.append(
+                _Counter(
+                    key,
+                    os.path.join(edir, n),
+                    BYTE_RATES.get(key, key),
+                    4.0 if key in BYTE_RATES else 1.0,
+                    None,
+                    overrides.get(key, 64),
+                    key in self._errors,
+                )
+            )
+        superseded = {f.name for f in files}
         cdir = os.path.join(st.directory, "counters")
         names = sorted(os.listdir(cdir)) if os.path.isdir(cdir) else []
         for n in names:
-            rate_key = _BYTE_RATES.get(n, n)
+            if n in superseded:
+                continue  # the 64-bit counters_ext value is read instead
+            rate_key = BYTE_RATES.get(n, n)
             files.append(
                 _Counter(
                     n,
                     os.path.join(cdir, n),
                     rate_key,
-                    4.0 if n in _BYTE_RATES else 1.0,
+                    4.0 if n in BYTE_RATES else 1.0,
                     PMA_ERROR_COUNTER_BITS.get(n),
                     overrides.get(n),
                     n in self._errors,
                 )
             )
-        taken = set(names)
+        taken = set(names) | superseded
+        thresholds = self.config.hw_error_thresholds
         if self.config.read_hw_counters:
             hdir = os.path.join(st.directory, "hw_counters")
             if os.path.isdir(hdir):
@@ -289,9 +272,10 @@ class FabricCollector(BaseCollector):
                             None,
                             overrides.get(key, 64),
                             key in self._errors,
+                            thresholds.get(n),
                         )
                     )
-        st.extended = _EXTENDED_MARKER in taken
+        st.extended = EXTENDED_MARKER in taken or bool(ext)
         try:
             st.link_layer = _read(os.path.join(st.directory, "link_layer"))[:256]
         except OSError:
@@ -439,7 +423,10 @@ class FabricCollector(BaseCollector):
             return spec.fixed_bits
         if value >= 1 << 32:
             st.bits64.add(spec.name)
-        return 64 if st.extended or spec.name in st.bits64 else 32
+        if spec.name in st.bits64:
+            return 64
+        # PortXmitWait is a 32-bit PortCounters field even where the data counters are extended
+        return 64 if st.extended and spec.name not in ALWAYS_32 else 32
 
     def _deltas(
         self, st: _Port, now_ns: int, counters: dict[str, int]
@@ -456,6 +443,8 @@ class FabricCollector(BaseCollector):
             prev = prev_values.get(name)
             if cur is None or prev is None:
                 continue
+            if name in SATURATING_32 and self._saturated(st, spec, cur, now_ns, events):
+                continue  # a frozen total: no rate rather than a false 0/s
             if cur == prev:  # the common case: nothing moved
                 rates[spec.rate_key] = 0.0
                 continue
@@ -469,26 +458,50 @@ class FabricCollector(BaseCollector):
                 self.stats.counter_wraps += 1
             if delta is not None:
                 rates[spec.rate_key] = delta * spec.scale / interval
-            if spec.is_error:
-                increase = cur if reset else delta
-                if increase:
-                    msg = f"{name} +{increase} (now {cur})"
-                    if reset:
-                        msg += f"; counter was reset (was {prev}), delta counts since the reset"
-                    if pma_bits is not None and cur >= (1 << pma_bits) - 1:
-                        msg += f"; saturated at {cur}: further errors are invisible until cleared"
-                    events.extend(
-                        self._fabric(
-                            now_ns,
-                            "error_counter_increase",
-                            st.device,
-                            st.port,
-                            msg,
-                            counter=name,
-                            delta=increase,
-                        )
+            increase = cur if delta is None else delta  # after a reset: errors since it
+            over = spec.threshold is not None and increase >= spec.threshold
+            if increase and (spec.is_error or over):
+                msg = f"{name} +{increase} (now {cur})"
+                if reset:
+                    msg += f"; counter was reset (was {prev}), delta counts since the reset"
+                if pma_bits is not None and cur >= (1 << pma_bits) - 1:
+                    msg += f"; saturated at {cur}: further errors are invisible until cleared"
+                if not spec.is_error:
+                    msg += f"; threshold {spec.threshold} per poll"
+                events.extend(
+                    self._fabric(
+                        now_ns,
+                        "error_counter_increase",
+                        st.device,
+                        st.port,
+                        msg,
+                        counter=name,
+                        delta=increase,
                     )
+                )
         return rates, events
+
+    def _saturated(
+        self, st: _Port, spec: _Counter, cur: int, now_ns: int, events: list[Event]
+    ) -> bool:
+        """True when a 32-bit legacy counter sits at its maximum (warned once, see module doc)."""
+        name = spec.name
+        if cur != MAX_32 or self._bits(st, spec, cur) != 32:
+            st.saturated.discard(name)  # cleared or reset: a new saturation warns again
+            return False
+        if name not in st.saturated:
+            st.saturated.add(name)
+            self.stats.saturated_counters += 1
+            msg = (
+                f"{name} saturated at 2**32-1 (32-bit PortCounters, no counters_ext): its rate "
+                "is unknown until the counter is cleared (perfquery -R)"
+            )
+            events.extend(
+                self._fabric(
+                    now_ns, "other", st.device, st.port, msg, counter=name, new="saturated"
+                )
+            )
+        return True
 
     def _mark_unreadable(self, st: _Port, now_ns: int, why: str) -> list[Event]:
         st.files = None

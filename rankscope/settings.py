@@ -12,7 +12,11 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rankscope.collectors.publisher import PublisherConfig
 from rankscope.kafka_security import KafkaSecurity, security_from_env
-from rankscope.schemas.topics import Topics
+from rankscope.schemas.topics import (
+    DEFAULT_OTLP_LOGS_TOPICS,
+    DEFAULT_OTLP_TRACES_TOPICS,
+    Topics,
+)
 from rankscope.sinks.kafka_sink import SinkConfig
 from rankscope.streams.config import (
     RecoveryConfig,
@@ -47,10 +51,18 @@ class Settings(BaseSettings):
     worker_flush_idle_s: float = 5.0
     #: the stream worker's scratch directory (None: <home>/faust); one per worker process
     worker_data_dir: Path | None = None
+    #: topics an OpenTelemetry Collector's Kafka exporter writes to (JSON lists in the env)
+    otlp_traces_topics: list[str] = list(DEFAULT_OTLP_TRACES_TOPICS)
+    otlp_logs_topics: list[str] = list(DEFAULT_OTLP_LOGS_TOPICS)
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.topic_prefix, self.raw_topic_prefix)
+        return Topics(
+            self.topic_prefix,
+            self.raw_topic_prefix,
+            tuple(self.otlp_traces_topics),
+            tuple(self.otlp_logs_topics),
+        )
 
     @property
     def kafka_security(self) -> KafkaSecurity:
@@ -82,6 +94,8 @@ class Settings(BaseSettings):
             fetch_max_bytes=self.worker_fetch_max_bytes,
             analysis_flush_idle_s=self.worker_flush_idle_s,
             raw_topic_prefix=self.raw_topic_prefix,
+            otlp_traces_topics=self.otlp_traces_topics,
+            otlp_logs_topics=self.otlp_logs_topics,
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -31,6 +31,7 @@ from presidio_anonymizer.entities import RecognizerResult as AnonymizerResult
 from regex._main import Pattern
 
 from rankscope.redaction.keys import hash_token
+from rankscope.redaction.pii import load_regions, valid_ip_address, valid_national_phone
 from rankscope.redaction.placeholders import (
     is_generated_value,
     is_password_value,
@@ -94,9 +95,14 @@ class RuleRecognizer(EntityRecognizer):
     raise instead of skipping the pattern: a skipped pattern would let the text through raw.
     """
 
-    def __init__(self, spec: RecognizerSpec, timeout_s: float) -> None:
+    def __init__(
+        self, spec: RecognizerSpec, timeout_s: float, phone_regions: tuple[str, ...] = ()
+    ) -> None:
         self.spec = spec
         self.timeout_s = timeout_s
+        self.phone_regions = phone_regions  # for validator: phone_national
+        if spec.validator == "phone_national":
+            load_regions(phone_regions)  # at start, not on the first record
         self._patterns = [(p, p.compiled()) for p in spec.patterns]
         self._context = (
             regex.compile("|".join(regex.escape(w) for w in spec.context), regex.IGNORECASE)
@@ -121,6 +127,12 @@ class RuleRecognizer(EntityRecognizer):
                 if spec.validator == "mixed_charset" and not _mixed_charset(text[start:end]):
                     continue
                 if spec.validator == "luhn" and not _luhn(text[start:end]):
+                    continue
+                if spec.validator == "phone_national" and not valid_national_phone(
+                    text[start:end], self.phone_regions
+                ):
+                    continue
+                if spec.validator == "ip_address" and not valid_ip_address(text[start:end]):
                     continue
                 score = pattern.score
                 near_miss = not _VALUE_CHECKS.get(spec.validator, _any_value)(text[start:end])
@@ -281,8 +293,9 @@ class PresidioRedactor:
             raise ValueError("the rules hash some entities: a redaction key is required")
         self._key = key or b""
         timeout_s = rules.settings.regex_timeout_ms / 1000
+        regions = tuple(rules.settings.phone_regions)
         recognizers: list[EntityRecognizer] = [
-            RuleRecognizer(r, timeout_s) if r.patterns else _presidio_recognizer(r)
+            RuleRecognizer(r, timeout_s, regions) if r.patterns else _presidio_recognizer(r)
             for r in rules.recognizers
         ]
         nlp_engine, nlp_recognizers = _nlp_engine(rules)

@@ -36,10 +36,22 @@ class Payload(BaseModel):
 
 
 class GpuSample(Payload):
-    """One NVML poll of one GPU."""
+    """One poll of one GPU: NVML sampled by the agent, or dcgm-exporter's page (``source``).
+
+    ``sm_util_pct`` keeps its name for stored data and queries, but it is NVML's *GPU
+    utilization* (``DCGM_FI_DEV_GPU_UTIL``: the share of time any kernel ran), not SM activity;
+    ``sm_active_pct`` is the SM activity (``DCGM_FI_PROF_SM_ACTIVE``) where DCGM profiling gives
+    it (docs/dcgm-exporter.md).
+    """
 
     gpu_uuid: ShortText
-    sm_util_pct: Pct
+    sm_util_pct: Pct = Field(
+        description=(
+            "GPU utilization (NVML nvmlDeviceGetUtilizationRates().gpu = DCGM_FI_DEV_GPU_UTIL): "
+            "percent of time one or more kernels ran. NOT SM activity: a single small kernel "
+            "reads 100; see sm_active_pct."
+        )
+    )
     mem_util_pct: Pct | None = None
     mem_used_bytes: int | None = Field(default=None, ge=0, le=UINT64_MAX)
     mem_total_bytes: int | None = Field(default=None, ge=0, le=UINT64_MAX)
@@ -58,6 +70,40 @@ class GpuSample(Payload):
     ecc_dbe_total: int | None = Field(default=None, ge=0, le=UINT64_MAX)
     remapped_rows: int | None = Field(default=None, ge=0, le=UINT64_MAX)
     nvlink_errors_total: int | None = Field(default=None, ge=0, le=UINT64_MAX)
+    # Optional since issue 17 (dcgm-exporter source; migration 0012). None from NVML.
+    source: ShortText = Field(default="", description="'' = NVML (the agent); 'dcgm-exporter'.")
+    sm_active_pct: Pct | None = Field(
+        default=None, description="DCGM_FI_PROF_SM_ACTIVE x 100: cycles an SM had a warp."
+    )
+    sm_occupancy_pct: Pct | None = Field(
+        default=None, description="DCGM_FI_PROF_SM_OCCUPANCY x 100: resident warps / maximum."
+    )
+    tensor_active_pct: Pct | None = Field(
+        default=None, description="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE x 100: tensor pipe busy."
+    )
+    dram_active_pct: Pct | None = Field(
+        default=None, description="DCGM_FI_PROF_DRAM_ACTIVE x 100: memory interface busy."
+    )
+    gr_engine_active_pct: Pct | None = Field(
+        default=None, description="DCGM_FI_PROF_GR_ENGINE_ACTIVE x 100: graphics engine busy."
+    )
+    nvlink_tx_bytes_per_s: float | None = Field(
+        default=None, ge=0, description="DCGM_FI_PROF_NVLINK_TX_BYTES (bytes/s)."
+    )
+    nvlink_rx_bytes_per_s: float | None = Field(
+        default=None, ge=0, description="DCGM_FI_PROF_NVLINK_RX_BYTES (bytes/s)."
+    )
+    pcie_tx_bytes_per_s: float | None = Field(
+        default=None, ge=0, description="DCGM_FI_PROF_PCIE_TX_BYTES (bytes/s)."
+    )
+    pcie_rx_bytes_per_s: float | None = Field(
+        default=None, ge=0, description="DCGM_FI_PROF_PCIE_RX_BYTES (bytes/s)."
+    )
+    nvlink_bandwidth_total: float | None = Field(
+        default=None,
+        ge=0,
+        description="DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL as DCGM reports it (all lanes).",
+    )
 
 
 GpuEventType = Literal[
@@ -85,6 +131,12 @@ class GpuEvent(Payload):
         description="Kernel-log line shape: xid, sxid, fallen_off_bus, gsp_timeout, aer.",
     )
     sxid: int | None = Field(default=None, ge=0, le=UINT32_MAX, description="NVSwitch SXid code.")
+    # Optional since migration 0011 (issue 17): the XID catalogue's immediate-action bucket.
+    xid_bucket: ShortText = Field(
+        default="",
+        description="NVIDIA XID catalogue bucket of `xid` (RESTART_APP, RESET_GPU, RESTART_BM, "
+        "...); '' when no XID or not catalogued.",
+    )
 
 
 class Heartbeat(Payload):

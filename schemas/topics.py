@@ -7,8 +7,17 @@ test runs, can share one cluster without seeing each other's data.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 DEFAULT_PREFIX = "rankscope"
+#: the OpenTelemetry Collector kafkaexporter's default topics (``traces::topic``,
+#: ``logs::topic``): a Collector pointed at the broker with no topic set writes here. Not under
+#: the prefix, so that the Collector's defaults work as they are (docs/decisions.md, "Which
+#: topics the OTLP input reads")
+DEFAULT_OTLP_TRACES_TOPICS: tuple[str, ...] = ("otlp_spans",)
+DEFAULT_OTLP_LOGS_TOPICS: tuple[str, ...] = ("otlp_logs",)
+
+OtlpSignal = Literal["traces", "logs"]
 
 
 @dataclass(frozen=True)
@@ -17,6 +26,9 @@ class Topics:
     #: where the raw topics live when it is not ``prefix``: a replay reads the raw topics of a
     #: deployment and writes its derived topics under a prefix of its own
     raw_prefix: str | None = None
+    #: topics an OpenTelemetry Collector's Kafka exporter writes OTLP traces / logs to
+    otlp_traces_topics: tuple[str, ...] = DEFAULT_OTLP_TRACES_TOPICS
+    otlp_logs_topics: tuple[str, ...] = DEFAULT_OTLP_LOGS_TOPICS
 
     @property
     def raw(self) -> str:
@@ -30,13 +42,32 @@ class Topics:
 
     @property
     def all_raw(self) -> list[str]:
-        """Every topic the validate stage reads: the collectors' events and OTLP spans."""
-        return [self.raw, self.otlp_spans]
+        """Every topic the validate stage reads: the collectors' events and the OTLP topics."""
+        return [self.raw, *self.otlp_traces, *self.otlp_logs]
 
     @property
     def otlp_spans(self) -> str:
-        """OTLP protobuf traces, as an OpenTelemetry Collector's Kafka exporter writes them."""
+        """The prefixed OTLP traces topic of earlier releases, still read (a Collector already
+        configured with it keeps working)."""
         return f"{self.raw_prefix or self.prefix}.raw.otlp_spans"
+
+    @property
+    def otlp_traces(self) -> list[str]:
+        """Topics read as OTLP traces: the configured ones, then :attr:`otlp_spans`."""
+        return list(dict.fromkeys([*self.otlp_traces_topics, self.otlp_spans]))
+
+    @property
+    def otlp_logs(self) -> list[str]:
+        """Topics read as OTLP logs (a topic listed for traces too is read as traces)."""
+        return [t for t in dict.fromkeys(self.otlp_logs_topics) if t not in self.otlp_traces]
+
+    def otlp_signal(self, topic: str) -> OtlpSignal | None:
+        """Which OTLP signal ``topic`` carries; None for the project's own raw topic."""
+        if topic in self.otlp_traces:
+            return "traces"
+        if topic in self.otlp_logs:
+            return "logs"
+        return None
 
     @property
     def events(self) -> str:

@@ -149,6 +149,18 @@ EVENT_TABLES: dict[type[Envelope], EventTableSpec] = {
                 "ecc_dbe_total",
                 "remapped_rows",
                 "nvlink_errors_total",
+                # optional since migration 0012 (dcgm-exporter): older documents lack them
+                Column("source", missing=""),
+                Column("sm_active_pct", missing=None),
+                Column("sm_occupancy_pct", missing=None),
+                Column("tensor_active_pct", missing=None),
+                Column("dram_active_pct", missing=None),
+                Column("gr_engine_active_pct", missing=None),
+                Column("nvlink_tx_bytes_per_s", missing=None),
+                Column("nvlink_rx_bytes_per_s", missing=None),
+                Column("pcie_tx_bytes_per_s", missing=None),
+                Column("pcie_rx_bytes_per_s", missing=None),
+                Column("nvlink_bandwidth_total", missing=None),
             ),
         ),
         EventTableSpec(
@@ -165,6 +177,7 @@ EVENT_TABLES: dict[type[Envelope], EventTableSpec] = {
                 Column("source", missing=""),
                 Column("pattern", missing=""),
                 Column("sxid", missing=None),
+                Column("xid_bucket", missing=""),  # since migration 0011
             ),
         ),
         EventTableSpec(

@@ -6,7 +6,12 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from rankscope.schemas.topics import DEFAULT_PREFIX, Topics
+from rankscope.schemas.topics import (
+    DEFAULT_OTLP_LOGS_TOPICS,
+    DEFAULT_OTLP_TRACES_TOPICS,
+    DEFAULT_PREFIX,
+    Topics,
+)
 from rankscope.streams.analysis.job import AnalysisConfig
 
 
@@ -175,7 +180,22 @@ class StreamsConfig(BaseModel):
     log_level: str = "warn"
     #: read the raw topics of this prefix instead of ``topic_prefix``'s (a replay)
     raw_topic_prefix: str | None = None
+    otlp_traces_topics: list[str] = Field(
+        default=list(DEFAULT_OTLP_TRACES_TOPICS),
+        description="Topics an OpenTelemetry Collector's Kafka exporter writes traces to "
+        "(its traces::topic; the prefixed <p>.raw.otlp_spans is read too).",
+    )
+    otlp_logs_topics: list[str] = Field(
+        default=list(DEFAULT_OTLP_LOGS_TOPICS),
+        description="Topics an OpenTelemetry Collector's Kafka exporter writes logs to "
+        "(its logs::topic).",
+    )
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.topic_prefix, self.raw_topic_prefix)
+        return Topics(
+            self.topic_prefix,
+            self.raw_topic_prefix,
+            tuple(self.otlp_traces_topics),
+            tuple(self.otlp_logs_topics),
+        )

@@ -23,9 +23,16 @@ SOURCE_HEADER = "rankscope-source"
 Source = tuple[str, int]
 
 
-def source_headers(topic: str, partition: int, offset: int) -> list[tuple[str, bytes]]:
-    """The header the validate stage puts on the events record of raw record ``offset``."""
-    return [(SOURCE_HEADER, f"{topic}:{partition}:{offset}".encode())]
+def source_headers(
+    topic: str, partition: int, offset: int, split: int = 0
+) -> list[tuple[str, bytes]]:
+    """The header the validate stage puts on the events record of raw record ``offset``.
+
+    ``split`` numbers the events records one raw record became (an OTLP batch split per job):
+    each split is its own source, so two splits that land on one events partition are not
+    taken for duplicates of each other."""
+    where = f"{topic}:{partition}" if split == 0 else f"{topic}:{partition}/{split}"
+    return [(SOURCE_HEADER, f"{where}:{offset}".encode())]
 
 
 def record_source(

@@ -16,7 +16,7 @@ import json
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -41,6 +41,8 @@ class RecordRef:
 class ValidationResult:
     events: list[Event] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    #: OTLP log lines that were not NCCL/PyTorch lines (counted, not stored)
+    ignored: int = 0
 
 
 def validate_message(
@@ -187,10 +189,18 @@ def _too_many_events(n: int, limits: ValidationLimits) -> str:
 
 
 def validate_otlp_message(
-    value: bytes | None, ref: RecordRef, limits: ValidationLimits, now_ns: int | None = None
+    value: bytes | None,
+    ref: RecordRef,
+    limits: ValidationLimits,
+    now_ns: int | None = None,
+    *,
+    signal: Literal["traces", "logs"] = "traces",
+    content_type: str | None = None,
 ) -> ValidationResult:
-    """Validate one OTLP protobuf traces record: spans become ``span/1`` events."""
-    from rankscope.streams.otlp import OtlpDecodeError, decode_otlp_traces
+    """Validate one OTLP record (``otlp_proto`` or ``otlp_json``) of ``signal``: spans become
+    ``span/1`` events, NCCL/PyTorch log lines ``comm_event/1`` events."""
+    from rankscope.streams.otlp import OtlpDecodeError
+    from rankscope.streams.otlp.record import decode_otlp_record
 
     now_ns = now_ns if now_ns is not None else time.time_ns()
     raw = value or b""
@@ -204,14 +214,16 @@ def validate_otlp_message(
         )
         return result
     try:
-        events, reasons = decode_otlp_traces(raw, observed_ns=now_ns)
+        decoded = decode_otlp_record(raw, signal, observed_ns=now_ns, content_type=content_type)
     except OtlpDecodeError as exc:
-        dead.refuse("not_an_event", f"not an OTLP traces message: {exc}")
+        dead.refuse("not_an_event", str(exc))
         return result
-    for i, reason in enumerate(reasons):
-        dead.refuse("invalid_event", f"OTLP span not mappable: {reason}", i)
-    for i, ev in enumerate(events):
-        _check_time(ev, len(reasons) + i, ref, limits, now_ns, result, dead)
+    result.ignored = decoded.ignored
+    what = "span" if signal == "traces" else "log line"
+    for i, reason in enumerate(decoded.reasons):
+        dead.refuse("invalid_event", f"OTLP {what} not mappable: {reason}", i)
+    for i, ev in enumerate(decoded.events):
+        _check_time(ev, len(decoded.reasons) + i, ref, limits, now_ns, result, dead)
     dead.summarise()
     return result
 

@@ -385,3 +385,108 @@ def test_counter_delta(
     prev: int, cur: int, bits: int, saturating: bool, expected: int | None
 ) -> None:
     assert counter_delta(prev, cur, bits, saturating=saturating) == expected
+
+
+# -- issue 17: counters_ext, 32-bit saturation, mlx5 hw_counters thresholds -------------------
+# counters_ext names: Linux Documentation/ABI and Prometheus procfs sysfs/class_infiniband.go
+# (counters_ext/port_xmit_data_64, ...); hw_counters names: drivers/infiniband/hw/mlx5/counters.c.
+
+
+def test_counters_ext_64bit_values_are_preferred_under_the_counters_names(tmp_path: Path) -> None:
+    fs = FakeIbSysfs(tmp_path, devices=1, extended=False, counters_ext=True, device_prefix="mlx4_")
+    collector = make(fs)
+    fs.set_counter("mlx4_0", 1, "port_xmit_data", 2**32 - 1)  # the legacy file, saturated
+    fs.set_counter("mlx4_0", 1, "port_xmit_data_64", 6 * 10**12)
+    fs.set_counter("mlx4_0", 1, "port_unicast_xmit_packets", 77)
+    collector.poll(T0)
+    fs.set_counter("mlx4_0", 1, "port_xmit_data_64", 6 * 10**12 + 250_000)  # words
+    fs.set_counter("mlx4_0", 1, "port_xmit_packets_64", 2**33)  # beyond 32 bits: no wrap logic
+
+    events = collector.poll(T0 + SEC)
+
+    p = counters_of(events)[("mlx4_0", 1)].payload
+    assert p.counters["port_xmit_data"] == 6 * 10**12 + 250_000  # the 64-bit value, not 2**32-1
+    assert p.counters["unicast_xmit_packets"] == 77
+    assert not {"port_xmit_data_64", "port_unicast_xmit_packets"} & set(p.counters)
+    assert p.rates_per_s["xmit_bytes"] == 1_000_000.0
+    assert p.rates_per_s["port_xmit_packets"] == 2**33
+    assert fabric_events(events) == []  # the saturated 32-bit file is not read at all
+
+
+def test_saturated_32bit_counter_warns_once_per_port_and_reports_no_frozen_rate(
+    tmp_path: Path,
+) -> None:
+    fs = FakeIbSysfs(tmp_path, devices=2, extended=False)  # legacy PortCounters only
+    collector = make(fs)
+    fs.set_counter("mlx5_0", 1, "port_xmit_wait", 2**32 - 100)
+    collector.poll(T0)
+    fs.set_counter("mlx5_0", 1, "port_xmit_wait", 2**32 - 1)
+    fs.set_counter("mlx5_0", 1, "port_rcv_data", 2**32 - 1)
+
+    first = collector.poll(T0 + SEC)
+    second = collector.poll(T0 + 2 * SEC)
+
+    warned = fabric_events(first)
+    assert [(e.payload.event_type, e.payload.device, e.payload.counter) for e in warned] == [
+        ("other", "mlx5_0", "port_rcv_data"),
+        ("other", "mlx5_0", "port_xmit_wait"),
+    ]
+    assert {e.payload.new_state for e in warned} == {"saturated"}
+    assert "2**32-1" in warned[0].payload.message
+    for events in (first, second):
+        rates = counters_of(events)[("mlx5_0", 1)].payload.rates_per_s
+        assert "port_xmit_wait" not in rates and "rcv_bytes" not in rates  # unknown, not 0/s
+        assert counters_of(events)[("mlx5_1", 1)].payload.rates_per_s["port_xmit_wait"] == 0.0
+    assert fabric_events(second) == []  # once, not every poll
+    assert collector.stats.saturated_counters == 2
+
+    fs.set_counter("mlx5_0", 1, "port_xmit_wait", 0)  # perfquery -R: re-armed
+    collector.poll(T0 + 3 * SEC)
+    fs.set_counter("mlx5_0", 1, "port_xmit_wait", 2**32 - 1)
+    again = fabric_events(collector.poll(T0 + 4 * SEC))
+    assert [e.payload.counter for e in again] == ["port_xmit_wait"]
+
+
+def test_port_xmit_wait_is_32bit_even_in_the_extended_set(tmp_path: Path) -> None:
+    fs = FakeIbSysfs(tmp_path)  # extended: data counters are 64-bit, PortXmitWait is not
+    collector = make(fs)
+    collector.poll(T0)
+    fs.set_counter("mlx5_0", 1, "port_xmit_wait", 2**32 - 1)
+    fs.set_counter("mlx5_0", 1, "port_xmit_data", 2**32 - 1)  # 64-bit here: just a value
+    events = collector.poll(T0 + SEC)
+    assert [e.payload.counter for e in fabric_events(events)] == ["port_xmit_wait"]
+    assert counters_of(events)[("mlx5_0", 1)].payload.rates_per_s["xmit_bytes"] > 0
+
+
+def test_mlx5_hw_error_counters_raise_events_above_their_threshold(tmp_path: Path) -> None:
+    fs = FakeIbSysfs(tmp_path)
+    collector = make(fs, hw_error_thresholds={"out_of_sequence": 100, "local_ack_timeout_err": 1})
+    collector.poll(T0)
+    fs.bump("mlx5_0", 1, "out_of_sequence", 99)  # below its threshold: adaptive routing noise
+    fs.bump("mlx5_0", 1, "local_ack_timeout_err", 3)
+    fs.bump("mlx5_0", 1, "rnr_nak_retry_err", 5)  # not configured in this collector
+
+    first = fabric_events(collector.poll(T0 + SEC))
+    fs.bump("mlx5_0", 1, "out_of_sequence", 100)
+    second = fabric_events(collector.poll(T0 + 2 * SEC))
+
+    assert [(e.payload.counter, e.payload.delta) for e in first] == [("local_ack_timeout_err", 3)]
+    assert first[0].payload.event_type == "error_counter_increase"
+    assert "threshold 1 per poll" in first[0].payload.message
+    assert [(e.payload.counter, e.payload.delta) for e in second] == [("out_of_sequence", 100)]
+
+
+def test_default_hw_thresholds_cover_the_documented_mlx5_errors(tmp_path: Path) -> None:
+    fs = FakeIbSysfs(tmp_path)
+    collector = make(fs)
+    collector.poll(T0)
+    fs.bump("mlx5_0", 1, "rnr_nak_retry_err", 1)
+    fs.bump("mlx5_0", 1, "req_cqe_error", 1)
+    fs.bump("mlx5_0", 1, "np_cnp_sent", 5_000)  # congestion notifications: below the default
+    got = {(e.payload.counter, e.payload.delta) for e in fabric_events(collector.poll(T0 + SEC))}
+    assert got == {("rnr_nak_retry_err", 1), ("req_cqe_error", 1)}
+
+
+def test_hw_error_thresholds_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="hw_error_thresholds must be >= 1"):
+        FabricCollectorConfig(hw_error_thresholds={"local_ack_timeout_err": 0})

@@ -545,6 +545,9 @@ def test_each_xid_is_its_own_event(proc: Path) -> None:
         (2, 10, "ecc", None, 1, nv.gpus[2].uuid),
     ]
     assert got[3].payload.message == "nvml event: double-bit ECC error"  # type: ignore[union-attr]
+    # the XID catalogue's bucket travels with NVML's XIDs too (none for a non-XID event)
+    buckets = [e.payload.xid_bucket for e in got]  # type: ignore[union-attr]
+    assert buckets == ["RESTART_BM", "RESTART_BM", "WORKFLOW_NVLINK_ERR", ""]
     assert all(before <= e.ts <= after for e in got)
     assert len({e.event_id for e in got}) == 4
 

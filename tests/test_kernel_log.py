@@ -259,7 +259,8 @@ def _file_collector(
 
 
 def test_acceptance_codes_become_one_event_each_with_pci_and_gpu(tmp_path: Path) -> None:
-    """XID 79, 48, 63, 94, 119 and 149 lines -> one event each: code, PCI id, GPU index."""
+    """XID 79, 48, 63, 94, 119 and 149 lines -> one event each: code, PCI id, GPU index and the
+    XID catalogue's resolution bucket."""
     needles = {
         79: ("heldout.log", "pid=1, name=python3, GPU has fallen"),
         48: ("tune.log", "): 48, pid='<unknown>'"),
@@ -292,6 +293,14 @@ def test_acceptance_codes_become_one_event_each_with_pci_and_gpu(tmp_path: Path)
         assert e.gpu == index[e.payload.pci_bus_id]
         assert e.payload.gpu_uuid == f"GPU-{e.gpu:08d}-0000-0000-0000-000000000000"
         assert f"): {xid}," in e.payload.message
+    assert {x: e.payload.xid_bucket for x, e in by_xid.items()} == {
+        79: "RESTART_BM",
+        48: "WORKFLOW_XID_48",
+        63: "IGNORE",
+        94: "RESTART_APP",
+        119: "RESET_GPU",
+        149: "WORKFLOW_NVLINK5_ERR",
+    }
     assert collector.stats.unmapped == 0 and nvml.shutdown == 1
     # and they survive the wire format
     assert EVENT_LIST_ADAPTER.validate_json(dump_events(events)) == events
@@ -622,6 +631,22 @@ def test_sink_rows_carry_the_new_fields_and_old_documents_still_map(tmp_path: Pa
         del doc["payload"][key]
     old = dict(zip(spec.columns, fast_row(doc)[1], strict=True))
     assert (old["pci_bus_id"], old["source"], old["pattern"], old["sxid"]) == ("", "", "", None)
+    # migration 0011: the XID catalogue bucket; a document written before it maps to ''
+    (xid_ev,) = collector_xid(tmp_path)
+    xid_doc = json.loads(dump_event(xid_ev))
+    xid_row = dict(zip(spec.columns, fast_row(xid_doc)[1], strict=True))
+    assert xid_row["xid_bucket"] == "RESTART_BM"
+    del xid_doc["payload"]["xid_bucket"]
+    assert dict(zip(spec.columns, fast_row(xid_doc)[1], strict=True))["xid_bucket"] == ""
+
+
+def collector_xid(tmp_path: Path) -> list[Any]:
+    sub = tmp_path / "xid"
+    sub.mkdir()
+    collector, _ = _file_collector(
+        sub, ["NVRM: Xid (PCI:0000:02:00): 79, GPU has fallen off the bus."]
+    )
+    return collector.poll(1)
 
 
 def test_the_agent_runs_the_section_and_ships_gpu_events(tmp_path: Path) -> None:

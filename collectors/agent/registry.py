@@ -22,6 +22,7 @@ __all__ = ["COLLECTORS", "AgentConfigError", "CollectorFactory", "CollectorSpec"
 #: imported only when their section is configured.
 COLLECTORS: dict[str, tuple[str, str, str]] = {
     "gpu": ("rankscope.collectors.gpu", "GpuCollectorConfig", "create_gpu_collector"),
+    "dcgm": ("rankscope.collectors.dcgm", "DcgmCollectorConfig", "create_dcgm_collector"),
     "fabric": ("rankscope.collectors.fabric", "FabricCollectorConfig", "create_fabric_collector"),
     "nccl_log": (
         "rankscope.collectors.nccl_log",

@@ -27,6 +27,7 @@ from rankscope.collectors.agent.registry import AgentConfigError, CollectorSpec,
 from rankscope.collectors.agent.scheduling import CollectorTasks, Scheduler
 from rankscope.collectors.agent.stats import AgentStats, CollectorStats
 from rankscope.collectors.agent.transport import KafkaTransport, TransportFactory
+from rankscope.collectors.agent.xid_dedup import XID_DEDUP_TICK_S, xid_dedup_for
 from rankscope.collectors.base import Collector, EventFactory, JobRegistry
 from rankscope.collectors.spool import Spool
 from rankscope.schemas import Event
@@ -85,6 +86,7 @@ class Agent:
         self._state_lock = threading.Lock()
         self._stop = threading.Event()
         self._ingest = SpoolIngest(config, factory, stats, tap=tap)
+        self._ingest.xid_dedup = xid_dedup_for(self.collectors, clock)
         self._tasks = CollectorTasks(
             config,
             self._ingest,
@@ -209,6 +211,8 @@ class Agent:
                     partial(tasks.poll_task, collector),
                     now,
                 )
+        if ingest.xid_dedup is not None:  # releases held NVML XIDs when their wait is over
+            scheduler.add("xid-dedup", XID_DEDUP_TICK_S, partial(ingest.ingest, ()), now)
         self._scheduler_thread = threading.Thread(
             target=tasks.scheduler_loop, name="agent-scheduler", daemon=True
         )
@@ -235,6 +239,10 @@ class Agent:
                 log.warning(
                     "collector %s failed to stop: %s: %s", collector.name, type(exc).__name__, exc
                 )
+        if self._ingest.xid_dedup is not None:
+            with self._ingest.lock:
+                held = self._ingest.xid_dedup.release_all()
+            self._ingest.ingest(held)
         self._ingest.agent_event(
             "agent_stopped", message="shutdown requested", count=self._ingest.sampled
         )

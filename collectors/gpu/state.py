@@ -17,6 +17,7 @@ from rankscope.collectors.gpu.config import GpuCollectorConfig
 from rankscope.collectors.gpu.nvml import NvmlApi
 from rankscope.schemas.events import FabricEventEvent, GpuEventEvent
 from rankscope.schemas.payloads import FabricEvent, GpuEvent, GpuEventType
+from rankscope.schemas.xid_catalogue import xid_bucket
 
 # --- Per-GPU state ----------------------------------------------------------------------------
 
@@ -84,6 +85,7 @@ class _GpuCollectorBase(BaseCollector):
             event_type=event_type,
             gpu_uuid=g.uuid if g is not None else "",
             xid=xid,
+            xid_bucket=xid_bucket(xid),
             count=count,
             message=message,
         )

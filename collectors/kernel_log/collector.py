@@ -32,6 +32,7 @@ from rankscope.collectors.kernel_log.readers import (
 )
 from rankscope.schemas.events import Event, GpuEventEvent
 from rankscope.schemas.payloads import GpuEvent
+from rankscope.schemas.xid_catalogue import xid_bucket
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,7 @@ class KernelLogCollector(BaseCollector):
                 source=rec.source,
                 pattern=p.pattern,
                 sxid=p.sxid,
+                xid_bucket=xid_bucket(p.xid),
             )
             event = self.factory.make(GpuEventEvent, payload, ts, gpu=ref.index if ref else None)
         except ValidationError:

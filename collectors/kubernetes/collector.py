@@ -17,7 +17,7 @@ from rankscope.collectors.kubernetes.client import (
 )
 from rankscope.collectors.kubernetes.config import KubernetesCollectorConfig
 from rankscope.collectors.kubernetes.diff import _ObjectDiff
-from rankscope.collectors.kubernetes.parsing import _get
+from rankscope.collectors.kubernetes.parsing import _get, _pod_key
 from rankscope.collectors.kubernetes.state import _NodeState, _PodState, _Resource
 from rankscope.collectors.kubernetes.watch import _Watches
 from rankscope.schemas.events import Event
@@ -63,7 +63,7 @@ class KubernetesCollector(_Watches, _ObjectDiff):
             return
         with self._lock:
             if res.name == "pods":
-                listed = {str(_get(o, "metadata", "uid")) for o in items}
+                listed = {_pod_key(o) for o in items}
                 gone = [self._pods.pop(u) for u in list(self._pods) if u not in listed]
                 events: list[Event] = [
                     self._pod_event(

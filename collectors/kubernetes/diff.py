@@ -12,6 +12,7 @@ from rankscope.collectors.kubernetes.parsing import (
     _dicts,
     _get,
     _int_text,
+    _pod_key,
     _stable_id,
     parse_k8s_time,
 )
@@ -19,9 +20,13 @@ from rankscope.collectors.kubernetes.state import _KubernetesCollectorBase, _Nod
 from rankscope.schemas.events import Event, SchedulerEventEvent
 from rankscope.schemas.payloads import SchedulerEventType
 
+#: DisruptionTarget reasons that end a pod for a reason Kubernetes chose. The scheduler's was
+#: "PreemptionByKubeScheduler" in 1.26 (kubernetes PR 110959) and "PreemptionByScheduler" from 1.27
+#: on (PR 114623): both are read, 1.26 clusters are still run.
 DISRUPTION_REASONS = frozenset(
     {
         "PreemptionByScheduler",
+        "PreemptionByKubeScheduler",
         "EvictionByEvictionAPI",
         "DeletionByTaintManager",
         "DeletionByPodGC",
@@ -57,9 +62,9 @@ class _ObjectDiff(_KubernetesCollectorBase):
         return job, rank
 
     def _on_pod(self, etype: str, pod: dict[str, Any]) -> list[Event]:
-        uid = str(_get(pod, "metadata", "uid") or "")
+        uid = _pod_key(pod)
         if not uid:
-            return []
+            return []  # neither uid nor name: nothing to key it by
         st = self._pods.get(uid)
         if st is None:
             job, rank = self._pod_identity(pod)
@@ -310,7 +315,14 @@ class _ObjectDiff(_KubernetesCollectorBase):
         message = str(ev.get("message") or "")
         events: list[Event] = []
         if kind == "Pod" and (reason in ("Preempted", "Evicted") or action == "Preempting"):
-            st = self._pods.get(str(involved.get("uid") or ""))
+            st = self._pods.get(str(involved.get("uid") or "")) or next(
+                (  # an involvedObject without uid: the pod by namespace/name
+                    p
+                    for p in self._pods.values()
+                    if (p.namespace, p.name) == (involved.get("namespace"), involved.get("name"))
+                ),
+                None,
+            )
             if st is not None and not st.preempted:
                 st.preempted = True
                 events.append(

@@ -54,3 +54,13 @@ def _int_text(value: Any) -> int | None:
 
 def _cond_text(cond: Mapping[str, Any]) -> str:
     return ": ".join(str(x) for x in (cond.get("reason"), cond.get("message")) if x)
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    """The key a pod's state is kept under: its uid, else ``namespace/name`` (stable for the
+    pod's life; some eviction paths and recorded documents carry no uid); "" when neither."""
+    uid = _get(pod, "metadata", "uid")
+    if uid:
+        return str(uid)
+    name = _get(pod, "metadata", "name")
+    return f"{_get(pod, 'metadata', 'namespace') or ''}/{name}" if name else ""

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import tenacity
+
 from rankscope.collectors.base import Emit
 from rankscope.collectors.kubernetes.client import KubeApiError, _Dropped, _Expired, _Stream
 from rankscope.collectors.kubernetes.parsing import _dicts, _get, _int_text
@@ -93,7 +95,7 @@ class _Watches(_KubernetesCollectorBase):
         while not self._stop.is_set():
             try:
                 if cursor.rv is None:
-                    cursor.rv = self._list(res)
+                    cursor.rv = self._relist(res)
                 opened = time.monotonic()
                 self._watch(res, cursor)
                 backoff = self.config.backoff_initial_s
@@ -116,6 +118,35 @@ class _Watches(_KubernetesCollectorBase):
                 self._failed(res, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, self.config.backoff_max_s)
+
+    def _sleep(self, seconds: float) -> None:
+        """A wait that stop() cuts short (tests put a fake clock here)."""
+        self._stop.wait(seconds)
+
+    def _relist(self, res: _Resource) -> str:
+        """List; a list answered 410 Gone again and again is retried with exponential backoff
+        and jitter, capped at ``backoff_max_s``: retried at once, a 410 loop sent hundreds of
+        requests a second. The first retry is reported as ``collector_error``."""
+        cfg = self.config
+        retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_exception_type(_Expired),
+            wait=tenacity.wait_exponential_jitter(
+                multiplier=cfg.backoff_initial_s,
+                max=cfg.backoff_max_s,
+                jitter=cfg.backoff_initial_s,
+            ),
+            stop=tenacity.stop_when_event_set(self._stop),
+            sleep=self._sleep,
+            before_sleep=lambda state: self._list_expired(res, state),
+            reraise=True,
+        )
+        return retrying(self._list, res)
+
+    def _list_expired(self, res: _Resource, state: tenacity.RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        wait = state.next_action.sleep if state.next_action is not None else 0.0
+        self.stats[res.name]["relists"] += 1
+        self._failed(res, exc if isinstance(exc, Exception) else _Expired("list"), wait)
 
     def _failed(self, res: _Resource, exc: Exception, backoff: float) -> None:
         """Count a failure; the first of a run of them is reported as collector_error."""

@@ -43,7 +43,20 @@ for old releases); otherwise ``pg_rank`` only. NCCL's own lines carry just ``[cu
 ``JobRegistry`` binding of that GPU supplies job, rank and local rank. Turn it off when each rank's
 process sees only its own GPU (``CUDA_VISIBLE_DEVICES`` per rank): every process then logs ``[0]``.
 
-Time: the line's own timestamp (NCCL's ``[%F %T]``, glog's ``MMDD hh:mm:ss.ns``, both local time)
+Prefixes (``prefixes.py``) are stripped first, in any order and combination: ISO 8601/RFC 3339
+clocks (kubectl ``--timestamps`` RFC3339Nano, rsyslog, ``dmesg --time-format iso``, zone-less),
+journald ``short``/``short-precise``/``short-iso`` with ``host ident[pid]: ``, c10 ``[rankN]:``,
+torchrun ``[default3]:``, ``srun --label`` ``N: ``, mpirun ``--tag-output`` ``[1,N]<stdout>:``
+and Ray ``(Actor pid=N) ``. The srun/mpirun task number is the rank only when the line names
+none (one task per GPU, the usual srun launch; under torchrun-per-node it is the node's index, and
+the line's own ``[rankN]:`` wins). Also read: WARN lines whose prefix is cut short (``host [dev]``
+or nothing), socket errors' peer (``Call to recv from``/``send to``/``Connect to <peer> failed``),
+nccl-tests' ``NCCL failure <file>:<line> '<error>'``, ``NCCL communicator was aborted on rank N``
+(``process_group_abort`` unless its original reason is a timeout), ``failure detected by watchdog
+at work sequence id: N`` and ``Work WorkNCCL(...) timed out in blocking wait`` (a timeout).
+
+Time: the outermost prefix clock when there is one (zoned and with a year, it converts exactly),
+else the line's own timestamp (NCCL's ``[%F %T]``, glog's ``MMDD hh:mm:ss.ns``, both local time)
 is the event time when it lies within ``max_log_time_lag_s`` before the read (else the read time):
 a whole-hour disagreement means the writer's timezone differs and the stamp is not trusted.
 
@@ -62,10 +75,12 @@ marker are dropped by a substring test before any regex runs; NCCL INFO by the p
 
 from rankscope.collectors.nccl_log.collector import NcclLogCollector, create_nccl_log_collector
 from rankscope.collectors.nccl_log.config import NcclLogCollectorConfig
-from rankscope.collectors.nccl_log.parsing import LogTime, ParsedCommLine, log_time_ns, parse_line
 from rankscope.collectors.nccl_log.tailer import NcclLogStats, expand_nccl_debug_file
+from rankscope.schemas.comm_lines.parsing import ParsedCommLine, log_time_ns, parse_line
+from rankscope.schemas.comm_lines.prefixes import LinePrefix, LogTime, strip_prefixes
 
 __all__ = [
+    "LinePrefix",
     "LogTime",
     "NcclLogCollector",
     "NcclLogCollectorConfig",
@@ -75,4 +90,5 @@ __all__ = [
     "expand_nccl_debug_file",
     "log_time_ns",
     "parse_line",
+    "strip_prefixes",
 ]

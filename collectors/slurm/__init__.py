@@ -7,6 +7,14 @@ Slurm 23.02 ``--json`` prints the same data_parser documents slurmrestd serves
 v0.0.40 (23.11), v0.0.41 (24.05/24.11) and v0.0.42 (24.11/25.x): they ignore unknown fields, accept
 numbers both plain and wrapped as ``{"set", "infinite", "number"}``, and states both as a list
 (``["PENDING", "REQUEUED"]``, base state plus flags) and as the single string of older parsers.
+The 21.08 (openapi v0.0.37) shapes read too: node ``state`` one lower-case word (``down``,
+``mixed``, compound ``idle+drain``, ``down*`` = not responding) with the flags in
+``state_flags``; sacct ``state.current`` a string, ``REQUEUED`` for a run that ended in a requeue
+(-> ``job_requeued``). Each parser first checks which command printed the document (top-level
+keys; for ``jobs[]`` slurmctld's ``job_state`` vs slurmdbd's ``state`` object) and raises a
+one-line ``SlurmOutputError`` naming it when it is another command's (a wrong command line must
+not read as "no jobs"). The node reader also takes ``sinfo --json`` (``sinfo[]`` groups):
+``scontrol_cmd: [sinfo, --json, --nodes]`` watches the node through sinfo.
 
 What a poll does:
 
@@ -59,10 +67,12 @@ from rankscope.collectors.slurm.parsing import (
     SlurmExitCode,
     SqueueJob,
     SqueueResponse,
+    document_kind,
     exit_code_value,
     expand_hostlist,
     parse_sacct,
     parse_scontrol_nodes,
+    parse_sinfo,
     parse_squeue,
 )
 from rankscope.collectors.slurm.snapshots import JobSnapshot, NodeSnapshot
@@ -85,9 +95,11 @@ __all__ = [
     "SqueueResponse",
     "SubprocessRunner",
     "create_slurm_collector",
+    "document_kind",
     "exit_code_value",
     "expand_hostlist",
     "parse_sacct",
     "parse_scontrol_nodes",
+    "parse_sinfo",
     "parse_squeue",
 ]

@@ -1,12 +1,14 @@
 """What the Slurm commands print, as typed records: the data_parser documents of ``squeue``,
-``sacct`` and ``scontrol`` (v0.0.40 - v0.0.42), exit codes, and hostlist expressions."""
+``sacct``, ``scontrol`` and ``sinfo`` (v0.0.40 - v0.0.42, and the openapi v0.0.37 shapes of
+21.08: lower-case node states, ``state_flags``, states as strings), which document a text is,
+exit codes, and hostlist expressions."""
 
 from __future__ import annotations
 
 import json
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
@@ -27,12 +29,25 @@ def _unwrap_number(value: Any) -> Any:
 
 
 def _as_list(value: Any) -> Any:
-    """States are lists since v0.0.39 and plain strings before; None means empty."""
+    """States are lists since v0.0.39 and plain strings before (21.08 node states lower case,
+    "idle+drain" compound, "down*" for not responding); None means empty. -> upper-case words."""
     if value is None:
         return []
-    if isinstance(value, str):
-        return [value] if value else []
-    return value
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        return value
+    out: list[Any] = []
+    for item in items:
+        if not isinstance(item, str):
+            out.append(item)
+            continue
+        for part in item.split("+"):
+            word = part.strip().upper()
+            if word.endswith("*"):  # sinfo/scontrol text: "*" = not responding
+                out.extend([word.rstrip("*"), "NOT_RESPONDING"])
+            elif word:
+                out.append(word)
+    return out
 
 
 def _unwrap_time(value: Any) -> Any:
@@ -186,10 +201,12 @@ class SacctResponse(_Envelope):
 
 
 class ScontrolNode(_Lenient):
-    """One entry of ``scontrol --json show node`` ``nodes[]``."""
+    """One entry of ``scontrol --json show node`` ``nodes[]`` (21.08: ``state`` a lower-case
+    word and the flags apart in ``state_flags``)."""
 
     name: str
     state: StrList = Field(default_factory=list)
+    state_flags: StrList = Field(default_factory=list)
     reason: Text = ""
     reason_changed_at: OptTime = None
     reason_set_by_user: Text = ""
@@ -200,8 +217,92 @@ class ScontrolNodeResponse(_Envelope):
     nodes: list[ScontrolNode] = Field(default_factory=list)
 
 
-def _load(text: str, model: type[_Envelope], what: str) -> Any:
-    """Parse one data_parser document or raise a :class:`SlurmOutputError` that says why."""
+class SinfoReason(_Lenient):
+    description: Text = ""
+    time: OptTime = None
+    user: Text = ""
+
+
+def _reason_in(value: Any) -> Any:
+    return {"description": value} if isinstance(value, str) or value is None else value
+
+
+class SinfoNodeState(_Lenient):
+    state: StrList = Field(default_factory=list)
+
+
+class SinfoNodeNames(_Lenient):
+    nodes: list[str] = Field(default_factory=list)
+
+
+class SinfoEntry(_Lenient):
+    """One entry of ``sinfo --json`` ``sinfo[]``: a group of nodes of one partition that share
+    a state (and reason)."""
+
+    node: SinfoNodeState = Field(default_factory=SinfoNodeState)
+    nodes: SinfoNodeNames = Field(default_factory=SinfoNodeNames)
+    reason: Annotated[SinfoReason, BeforeValidator(_reason_in)] = Field(default_factory=SinfoReason)
+
+
+class SinfoResponse(_Envelope):
+    sinfo: list[SinfoEntry] = Field(default_factory=list)
+
+    def as_nodes(self) -> ScontrolNodeResponse:
+        """One node record per node name (a node in several partitions appears once)."""
+        nodes: dict[str, ScontrolNode] = {}
+        for entry in self.sinfo:
+            for expr in entry.nodes.nodes:
+                for name in expand_hostlist(expr):
+                    nodes.setdefault(
+                        name,
+                        ScontrolNode(
+                            name=name,
+                            state=entry.node.state,
+                            reason=entry.reason.description,
+                            reason_changed_at=entry.reason.time,
+                            reason_set_by_user=entry.reason.user,
+                        ),
+                    )
+        return ScontrolNodeResponse(
+            errors=self.errors, warnings=self.warnings, meta=self.meta, nodes=list(nodes.values())
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Which document is this
+# --------------------------------------------------------------------------------------------
+
+DocKind = Literal["squeue", "sacct", "nodes", "sinfo", "envelope", "unknown"]
+_KIND_TEXT: dict[DocKind, str] = {
+    "squeue": "a squeue / scontrol show job document (jobs[] with job_state)",
+    "sacct": "a sacct document (jobs[] with state.current)",
+    "nodes": "a scontrol show node document (nodes[])",
+    "sinfo": "a sinfo document (sinfo[])",
+    "envelope": "a document with no records (only errors/meta)",
+    "unknown": "not a Slurm --json document",
+}
+
+
+def document_kind(raw: Mapping[str, Any]) -> DocKind:
+    """Which command printed ``raw``, from its top-level keys (and, for ``jobs``, the shape of a
+    job: slurmctld's ``job_state`` or slurmdbd's ``state`` object). A job list that is empty
+    cannot tell squeue from sacct: "envelope"."""
+    for key in ("sinfo", "nodes"):
+        if key in raw:
+            return "sinfo" if key == "sinfo" else "nodes"
+    if "jobs" not in raw:
+        return "envelope" if {"errors", "meta", "warnings"} & set(raw) else "unknown"
+    jobs = raw["jobs"]
+    first = jobs[0] if isinstance(jobs, list) and jobs else None
+    if not isinstance(first, Mapping):
+        return "envelope"
+    if "job_state" not in first and isinstance(first.get("state"), Mapping):
+        return "sacct"
+    return "squeue" if "job_state" in first or "job_id" in first else "unknown"
+
+
+def _decode(text: str, what: str) -> dict[str, Any]:
+    """The JSON object a command printed, or a :class:`SlurmOutputError` that says why not."""
     stripped = text.strip()
     if not stripped:
         raise SlurmOutputError(f"{what}: empty output (is this Slurm >= 23.02 with --json?)")
@@ -212,6 +313,18 @@ def _load(text: str, model: type[_Envelope], what: str) -> Any:
         raise SlurmOutputError(f"{what}: not JSON ({exc.msg} at {exc.pos}): {head!r}") from exc
     if not isinstance(raw, dict):
         raise SlurmOutputError(f"{what}: expected a JSON object, got {type(raw).__name__}")
+    return raw
+
+
+def _validate(
+    raw: dict[str, Any], model: type[_Envelope], what: str, accepts: frozenset[DocKind]
+) -> Any:
+    """The document as ``model``; another command's document is an error that names it (a
+    wrong command line must not read as "no jobs")."""
+    kind = document_kind(raw)
+    if kind not in accepts | {"envelope"}:
+        keys = ", ".join(sorted(raw)[:6]) or "none"
+        raise SlurmOutputError(f"{what}: got {_KIND_TEXT[kind]} (top-level keys: {keys})")
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
@@ -223,15 +336,30 @@ def _load(text: str, model: type[_Envelope], what: str) -> Any:
 
 
 def parse_squeue(text: str) -> SqueueResponse:
-    return _load(text, SqueueResponse, "squeue --json")  # type: ignore[no-any-return]
+    """``squeue --json`` (or ``scontrol --json show job``: the same job records)."""
+    what = "squeue --json"
+    return _validate(_decode(text, what), SqueueResponse, what, frozenset({"squeue"}))  # type: ignore[no-any-return]
 
 
 def parse_sacct(text: str) -> SacctResponse:
-    return _load(text, SacctResponse, "sacct --json")  # type: ignore[no-any-return]
+    what = "sacct --json"
+    return _validate(_decode(text, what), SacctResponse, what, frozenset({"sacct"}))  # type: ignore[no-any-return]
 
 
 def parse_scontrol_nodes(text: str) -> ScontrolNodeResponse:
-    return _load(text, ScontrolNodeResponse, "scontrol --json show node")  # type: ignore[no-any-return]
+    """``scontrol --json show node``, or ``sinfo --json`` (its ``sinfo[]`` groups, or the
+    ``nodes[]`` of older releases), as node records."""
+    raw = _decode(text, "scontrol --json show node")
+    if document_kind(raw) == "sinfo":
+        sinfo: SinfoResponse = _validate(raw, SinfoResponse, "sinfo --json", frozenset({"sinfo"}))
+        return sinfo.as_nodes()
+    what = "scontrol --json show node"
+    return _validate(raw, ScontrolNodeResponse, what, frozenset({"nodes"}))  # type: ignore[no-any-return]
+
+
+def parse_sinfo(text: str) -> ScontrolNodeResponse:
+    """``sinfo --json`` -> node records (the same reader as :func:`parse_scontrol_nodes`)."""
+    return parse_scontrol_nodes(text)
 
 
 # --------------------------------------------------------------------------------------------

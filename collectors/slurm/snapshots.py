@@ -52,6 +52,8 @@ JOB_EVENT_BY_STATE: dict[str, SchedulerEventType | None] = {
     "DEADLINE": "other",
     "SUSPENDED": "other",
     "PENDING": None,
+    # sacct's record of a run that ended in a requeue (21.08+: state "REQUEUED" alone)
+    "REQUEUED": "job_requeued",
 }
 
 #: terminal states after which sacct is asked for the steps (an OOM-killed step hides there)
@@ -160,7 +162,7 @@ class NodeSnapshot:
             reason = f"{reason} (set by {node.reason_set_by_user})"
         return cls(
             name=node.name,
-            states=tuple(node.state),
+            states=tuple(dict.fromkeys([*node.state, *node.state_flags])),
             reason=reason,
             reason_changed_s=node.reason_changed_at or None,
         )
@@ -168,7 +170,11 @@ class NodeSnapshot:
 
 def _previous_run(records: list[SacctJob], current: JobSnapshot) -> SacctJob | None:
     """The accounting record of the run that ended in the requeue (the latest finished one)."""
-    done = [r for r in records if any(s in TERMINAL_JOB_STATES for s in r.state.current)]
+    done = [
+        r
+        for r in records
+        if any(s in TERMINAL_JOB_STATES or s == "REQUEUED" for s in r.state.current)
+    ]
     if current.start_s:
         done = [r for r in done if (r.time.end or 0) <= current.start_s] or done
     if not done:

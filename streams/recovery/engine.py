@@ -104,10 +104,7 @@ class RecoveryEngine:
         finding = _Finding(
             inc.cluster, inc.job_id, inc.incident_id, inc.attributed_ts, inc.node, inc.rank, reason
         )
-        return self._on_finding(
-            lambda m: inc.cause_class in m.incident_cause and inc.confidence >= m.min_confidence,
-            finding,
-        )
+        return self._on_finding(lambda m: m.matches_incident(inc), finding)
 
     def on_detection(self, det: Detection) -> list[RecoveryEvent]:
         reason = f"detection {det.detection_type}: {det.summary}"

@@ -1,7 +1,8 @@
 """The recovery policy file: which findings lead to which action, and the bounds around it.
 
 Operators review ``streams/recovery/policy.yaml`` like the redaction rules: rules from incidents
-(by cause class and confidence) and detections (by type and score) to actions, per-job bounds
+(by cause class, the XID catalogue's resolution bucket, and confidence) and detections (by type
+and score) to actions, per-job bounds
 (at most N actions in a window, exponential backoff, a cool-down), the progress deadline after
 an action, and the fleet circuit breaker.
 """
@@ -15,7 +16,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rankscope.schemas.derived import CauseClass, DetectionType, RecoveryAction
+from rankscope.schemas.derived import CauseClass, DetectionType, Incident, RecoveryAction
+from rankscope.schemas.xid_catalogue import XidBucket, xid_bucket
 
 DEFAULT_POLICY_PATH = Path(__file__).with_name("policy.yaml")
 
@@ -25,9 +27,15 @@ class _Strict(BaseModel):
 
 
 class Match(_Strict):
-    """What a rule reacts to: an incident's cause, or a detection's type (not both)."""
+    """What a rule reacts to: an incident (its cause and/or its XID's catalogue bucket), or a
+    detection's type (not both)."""
 
     incident_cause: list[CauseClass] = Field(default_factory=list)
+    xid_bucket: list[XidBucket] = Field(
+        default_factory=list,
+        description="Incidents whose XID is in one of these buckets of NVIDIA's XID catalogue "
+        "(RESTART_APP, RESET_GPU, RESTART_BM, ...); with incident_cause, both must hold.",
+    )
     detection: list[DetectionType] = Field(default_factory=list)
     min_confidence: float = Field(default=0.0, ge=0, le=1, description="Incidents.")
     min_score: float = Field(default=0.0, ge=0, description="Detections.")
@@ -46,16 +54,30 @@ class Match(_Strict):
 
     @model_validator(mode="after")
     def _one(self) -> Match:
-        if bool(self.incident_cause) == bool(self.detection):
-            raise ValueError("a rule matches incident_cause or detection, exactly one of them")
-        if self.node_repeats == 1:
-            raise ValueError("node_repeats counts repeats: 0 (a job rule) or at least 2")
+        if bool(self.incident_cause or self.xid_bucket) == bool(self.detection):
+            raise ValueError(
+                "a rule matches incidents (incident_cause and/or xid_bucket) or detection, "
+                "exactly one of them"
+            )
+        if self.node_repeats == 1 and not self.xid_bucket:
+            raise ValueError(
+                "node_repeats counts repeats: 0 (a job rule) or at least 2; 1 (act on the "
+                "first finding) only with xid_bucket, where the catalogue names the node's fault"
+            )
         if self.job_id_pattern:
             try:
                 re.compile(self.job_id_pattern)
             except re.error as exc:
                 raise ValueError(f"job_id_pattern does not compile: {exc}") from exc
         return self
+
+    def matches_incident(self, inc: Incident) -> bool:
+        """Cause (if named), the XID's bucket (if named) and the confidence all hold."""
+        if not (self.incident_cause or self.xid_bucket) or inc.confidence < self.min_confidence:
+            return False
+        if self.incident_cause and inc.cause_class not in self.incident_cause:
+            return False
+        return not self.xid_bucket or xid_bucket(inc.xid) in self.xid_bucket
 
     def job_matches(self, job_id: str) -> bool:
         return not self.job_id_pattern or re.fullmatch(self.job_id_pattern, job_id) is not None

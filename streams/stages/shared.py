@@ -34,6 +34,7 @@ class StageCounters:
     snapshots_restored: int = 0
     duplicates_dropped: int = 0
     events_over_job_caps: int = 0
+    otlp_lines_ignored: int = 0  # OTLP log lines that were not NCCL/PyTorch lines
     started_wall: float = field(default_factory=time.time)
 
     def summary(self) -> str:

@@ -8,7 +8,7 @@ before anything reaches the events topic, so no derived stage ever sees raw tele
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import faust
 
@@ -18,6 +18,7 @@ from rankscope.redaction.stage import RedactionStage, StageResult
 from rankscope.schemas.events import Event, dump_events
 from rankscope.schemas.topics import partition_key
 from rankscope.streams.config import RedactionConfig, StreamsConfig
+from rankscope.streams.otlp.wire import content_type_of
 from rankscope.streams.sources import source_headers
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.validate import (
@@ -46,7 +47,7 @@ class ValidateStage:
         counters = self.counters
         redact = self.redact
         limits = config.limits
-        otlp_spans = config.topics.otlp_spans
+        all_topics = config.topics
 
         @app.agent(topics.raw, name=f"{config.app_id}.validate")
         async def validate(stream: faust.StreamT[bytes]) -> None:
@@ -60,9 +61,16 @@ class ValidateStage:
                     timestamp_ns=int((msg.timestamp or 0) * 1e9),
                 )
                 result: ValidationResult
+                signal = all_topics.otlp_signal(msg.topic)
                 try:
-                    if msg.topic == otlp_spans:
-                        result = validate_otlp_message(event.value, ref, limits)
+                    if signal is not None:
+                        result = validate_otlp_message(
+                            event.value,
+                            ref,
+                            limits,
+                            signal=signal,
+                            content_type=content_type_of(_header_pairs(msg.headers)),
+                        )
                     else:
                         result = validate_message(event.value, ref, limits)
                 except Exception as exc:
@@ -73,6 +81,7 @@ class ValidateStage:
                     )
                     result = ValidationResult(dead=[internal_error_letter(event.value, ref, exc)])
                 counters.records_in += 1
+                counters.otlp_lines_ignored += result.ignored
                 if result.events:
                     counters.events_valid += len(result.events)
                     record = f"{msg.topic}:{msg.partition}:{msg.offset}"
@@ -86,18 +95,44 @@ class ValidateStage:
                         await topics.audit.send(
                             key=a.job_id.encode(), value=a.model_dump_json().encode()
                         )
-                    key = msg.key or partition_key(result.events[0].job_id, result.events[0].node)
-                    await topics.events.send(
-                        key=key,
-                        value=dump_events(redacted.events),
-                        # a raw record validated again (after a crash) is read once downstream
-                        headers=source_headers(msg.topic, msg.partition, msg.offset),
-                    )
+                    if signal is None:
+                        first = result.events[0]
+                        groups = {
+                            msg.key or partition_key(first.job_id, first.node): redacted.events
+                        }
+                    else:
+                        # a Collector batch mixes jobs and has no job key: one record per job
+                        groups = by_partition_key(redacted.events)
+                    for split, (key, events) in enumerate(groups.items()):
+                        await topics.events.send(
+                            key=key,
+                            value=dump_events(events),
+                            # a raw record validated again (after a crash) is read once downstream
+                            headers=source_headers(msg.topic, msg.partition, msg.offset, split),
+                        )
                 for dead in result.dead:
                     counters.dead_letters += 1
                     await topics.deadletter.send(
                         key=dead.dead_letter_id.encode(), value=dead.model_dump_json().encode()
                     )
+
+
+def by_partition_key(events: list[Event]) -> dict[bytes, list[Event]]:
+    """Events grouped by their own partition key (job, or node for node events), in the order
+    each key first appears: deterministic, so a record validated again splits the same way."""
+    groups: dict[bytes, list[Event]] = {}
+    for ev in events:
+        groups.setdefault(partition_key(ev.job_id, ev.node), []).append(ev)
+    return groups
+
+
+def _header_pairs(headers: object) -> list[tuple[str, bytes]]:
+    """faust hands headers as a list of pairs or a mapping, depending on the driver."""
+    if isinstance(headers, Mapping):
+        return [(str(k), bytes(v)) for k, v in headers.items() if v is not None]
+    if isinstance(headers, list | tuple):
+        return [(str(k), bytes(v)) for k, v in headers if v is not None]
+    return []
 
 
 def build_redaction(config: RedactionConfig) -> Callable[[list[Event], str], StageResult]:

@@ -10,6 +10,8 @@ value formats (``drivers/infiniband/core/sysfs.c``) exercises the same code that
     .../mlx5_0/ports/1/link_layer     "InfiniBand\\n"
     .../mlx5_0/ports/1/counters/*     "%u\\n" / "%llu\\n" (PMA PortCounters + Extended)
     .../mlx5_0/ports/1/hw_counters/*  "%llu\\n" (mlx5 names) and ``lifespan`` (ms, a setting)
+    .../mlx4_0/ports/1/counters_ext/* "%llu\\n" 64-bit set of older kernels / MLNX_OFED (names
+                                      as in Prometheus procfs ``sysfs/class_infiniband.go``)
 
 Usage::
 
@@ -27,6 +29,7 @@ import zlib
 from pathlib import Path
 
 __all__ = [
+    "COUNTERS_EXT",
     "EXTENDED_COUNTERS",
     "HW_COUNTERS",
     "LEGACY_COUNTERS",
@@ -61,6 +64,17 @@ EXTENDED_COUNTERS: tuple[str, ...] = (
     "unicast_xmit_packets",
     "multicast_rcv_packets",
     "multicast_xmit_packets",
+)
+#: ``counters_ext/`` files (older kernels / MLNX_OFED, e.g. mlx4), 64-bit.
+COUNTERS_EXT: tuple[str, ...] = (
+    "port_xmit_data_64",
+    "port_rcv_data_64",
+    "port_xmit_packets_64",
+    "port_rcv_packets_64",
+    "port_unicast_xmit_packets",
+    "port_unicast_rcv_packets",
+    "port_multicast_xmit_packets",
+    "port_multicast_rcv_packets",
 )
 #: A subset of mlx5's hw_counters names.
 HW_COUNTERS: tuple[str, ...] = (
@@ -107,6 +121,7 @@ class FakeIbSysfs:
         ports: int = 1,
         device_prefix: str = "mlx5_",
         extended: bool = True,
+        counters_ext: bool = False,
         hw_counters: bool = True,
         link_layer: str = "InfiniBand",
         rate: str = "400 Gb/sec (4X NDR)",
@@ -115,6 +130,7 @@ class FakeIbSysfs:
         self.root = self.base / "class" / "infiniband"
         self.root.mkdir(parents=True, exist_ok=True)
         self.extended = extended
+        self.counters_ext = counters_ext
         self.hw_counters = hw_counters
         self.link_layer = link_layer
         self.rate = rate
@@ -148,6 +164,10 @@ class FakeIbSysfs:
             names = LEGACY_COUNTERS + (EXTENDED_COUNTERS if self.extended else ())
             for counter in names:
                 _write(pdir / "counters" / counter, "0")
+            if self.counters_ext:
+                (pdir / "counters_ext").mkdir(exist_ok=True)
+                for counter in COUNTERS_EXT:
+                    _write(pdir / "counters_ext" / counter, "0")
             if self.hw_counters:
                 (pdir / "hw_counters").mkdir(exist_ok=True)
                 for counter in HW_COUNTERS:
@@ -171,9 +191,10 @@ class FakeIbSysfs:
         path = pdir / "counters" / name
         if path.exists():
             return path
-        hw = pdir / "hw_counters" / name
-        if hw.exists():
-            return hw
+        for group in ("hw_counters", "counters_ext"):
+            other = pdir / group / name
+            if other.exists():
+                return other
         raise KeyError(f"{device}/{port} has no counter {name!r}")
 
     def counter(self, device: str, port: int, name: str) -> int:

@@ -1,26 +1,23 @@
-"""OTLP protobuf traces -> ``span/1`` events, for spans that arrive through an OTel Collector.
+"""OTLP traces -> ``span/1`` events, for spans that arrive through an OTel Collector.
 
 Teams that already run an OpenTelemetry Collector can point its Kafka exporter at rankscope
-instead of running our exporter in every training process. With the default ``otlp_proto``
-encoding each Kafka record is one protobuf ``TracesData`` (pdata's ``ptrace.ProtoMarshaler``);
-``ExportTraceServiceRequest`` (OTLP/gRPC and OTLP/HTTP bodies) has the same wire format, field 1
-``resource_spans``, so both decode here.
+instead of running our exporter in every training process. Each Kafka record is one
+``TracesData`` in ``otlp_proto`` (pdata's ``ptrace.ProtoMarshaler``) or ``otlp_json``
+(:mod:`rankscope.streams.otlp.wire` tells which); ``ExportTraceServiceRequest`` (OTLP/gRPC and
+OTLP/HTTP bodies) has the same wire format, field 1 ``resource_spans``, so both decode here.
 
 The decoder is pure (bytes in, events and reasons out) so a faust agent or a test can call it.
-It maps with :func:`rankscope.schemas.otel_mapping.build_span_event`, the mapping the in-process
-exporter
-uses, so a span looks the same whichever way it came. A record that is not OTLP at all raises
-:class:`OtlpDecodeError`; a span that cannot be mapped is reported in the reasons (for the dead
-letter topic) and its neighbours go on. Reasons never quote attribute values or names.
+It maps with :func:`rankscope.schemas.otel_mapping.build_span_event`, the mapping the
+in-process exporter uses, so a span looks the same whichever way it came. A record that is not
+OTLP at all raises :class:`OtlpDecodeError`; a span that cannot be mapped is reported in the
+reasons (for the dead letter topic) and its neighbours go on. Reasons never quote attribute
+values or names.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
 
-from google.protobuf.message import DecodeError
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as PbSpan
 from opentelemetry.proto.trace.v1.trace_pb2 import Status as PbStatus
 from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
@@ -34,42 +31,16 @@ from rankscope.schemas.otel_mapping import (
     StatusText,
     build_span_event,
 )
+from rankscope.streams.otlp.common import OtlpDecodeError, otlp_attributes
+from rankscope.streams.otlp.wire import parse_otlp
 
-__all__ = ["OtlpDecodeError", "decode_otlp_traces", "otlp_attributes"]
+__all__ = ["decode_otlp_traces"]
 
 _STATUS: dict[int, StatusText] = {
     PbStatus.STATUS_CODE_UNSET: "unset",
     PbStatus.STATUS_CODE_OK: "ok",
     PbStatus.STATUS_CODE_ERROR: "error",
 }
-
-
-class OtlpDecodeError(ValueError):
-    """The bytes are not an OTLP traces message (corrupt protobuf, or some other message)."""
-
-
-def _any_value(value: AnyValue) -> object:
-    """The Python value of a scalar ``AnyValue``; None for arrays, maps, bytes and empty."""
-    which = value.WhichOneof("value")
-    if which == "string_value":
-        return value.string_value
-    if which == "bool_value":
-        return value.bool_value
-    if which == "int_value":
-        return value.int_value
-    if which == "double_value":
-        return value.double_value
-    return None
-
-
-def otlp_attributes(pairs: Iterable[KeyValue]) -> dict[str, object]:
-    """OTLP ``KeyValue`` list -> dict (a later duplicate key wins); non-scalars are skipped."""
-    out: dict[str, object] = {}
-    for kv in pairs:
-        value = _any_value(kv.value)
-        if value is not None:
-            out[kv.key] = value
-    return out
 
 
 def _to_otel_span(span: PbSpan, resource: dict[str, object]) -> OtelSpan:
@@ -94,18 +65,15 @@ def decode_otlp_traces(
     cluster_default: str = "otel",
     node_default: str = "unknown",
     observed_ns: int | None = None,
+    content_type: str | None = None,
 ) -> tuple[list[SpanEvent], list[str]]:
-    """Decode one OTLP traces message into span events and per-span error reasons.
+    """Decode one OTLP traces record (either encoding) into span events and per-span reasons.
 
     ``cluster_default``/``node_default`` apply when the resource says nothing (no
     ``rankscope.cluster`` / ``k8s.cluster.name``, no ``rankscope.node`` / ``k8s.node.name`` /
     ``host.name``). ``observed_ns`` defaults to now.
     """
-    message = TracesData()
-    try:
-        message.ParseFromString(bytes(data))
-    except DecodeError as exc:
-        raise OtlpDecodeError(f"not an OTLP traces message: corrupt protobuf ({exc})") from None
+    message = parse_otlp(bytes(data), TracesData(), "traces", content_type)
     if data and not message.resource_spans:
         # Protobuf keeps unknown fields silently; non-empty bytes with no resource_spans are
         # some other message, not an empty export.

@@ -1,25 +1,28 @@
 """One log line -> :class:`ParsedCommLine` (event type, rank, op/seq, peer, HCA, stamp), pure
-and without I/O, plus the conversion of a printed local-time stamp to epoch ns."""
+and without I/O, plus the conversion of a printed stamp (local time or zoned) to epoch ns."""
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
-from rankscope.collectors.nccl_log.patterns import (
+from rankscope.schemas.comm_lines.patterns import (
     _ABORT_PHRASES,
+    _ABORTED_ON_RANK_RE,
     _CLOSED_RE,
     _COMPLETION_RE,
     _FROM_RANK_RE,
     _GLOG_RE,
     _HCA_ASYNC_RE,
     _HCA_TAIL_RE,
-    _LABEL_RE,
     _MARKERS,
+    _NCCL_BARE_RE,
     _NCCL_ERR_RE,
     _NCCL_RE,
+    _NCCL_TESTS_RE,
     _NCCL_TS_RE,
     _OLD_RANK_RE,
     _OP_RE,
@@ -27,23 +30,13 @@ from rankscope.collectors.nccl_log.patterns import (
     _RAN_FOR_RE,
     _REMOTE_PHRASES,
     _SEQ_RE,
+    _SOCKET_PEER_RE,
     _TIMEOUT_RE,
     _VENDOR_RE,
     _WORK_SEQ_RE,
 )
+from rankscope.schemas.comm_lines.prefixes import LinePrefix, LogTime, strip_prefixes
 from rankscope.schemas.payloads import CommEventType
-
-
-class LogTime(NamedTuple):
-    """A wall-clock stamp as printed (local time); ``year`` None when the format omits it."""
-
-    year: int | None
-    month: int
-    day: int
-    hour: int
-    minute: int
-    second: int
-    nanos: int
 
 
 @dataclass(frozen=True)
@@ -103,24 +96,36 @@ def _parse(line: str) -> ParsedCommLine | _Skip:
     low = text.lower()
     if not any(marker in low for marker in _MARKERS):
         return "ignored"
-    rank: int | None = None
-    local_rank: int | None = None
-    pos = 0
-    while True:  # launcher labels, in any order
-        m = _LABEL_RE.match(text, pos)
-        if m is None or m.end() == pos:
-            break
-        if m.group("rank") is not None:
-            rank = int(m.group("rank"))
-        elif m.group("lrank") is not None:
-            local_rank = int(m.group("lrank"))
-        pos = m.end()
+    prefix = strip_prefixes(text)
+    parsed = _parse_body(text, prefix)
+    if not isinstance(parsed, ParsedCommLine):
+        return parsed
+    if prefix.log_time is None and (parsed.rank is not None or prefix.task is None):
+        return parsed
+    return replace(
+        parsed,
+        log_time=prefix.log_time or parsed.log_time,  # the outermost clock: zoned, with a year
+        rank=parsed.rank if parsed.rank is not None else prefix.task,
+    )
 
-    nccl = _NCCL_RE.search(text, pos)
+
+def _parse_body(text: str, prefix: LinePrefix) -> ParsedCommLine | _Skip:
+    pos, rank, local_rank = prefix.end, prefix.rank, prefix.local_rank
+    nccl = _NCCL_RE.search(text, pos) or _NCCL_BARE_RE.match(text, pos)
     if nccl is not None:
         return _parse_nccl(text, nccl, rank, local_rank)
     if "NCCL WARN" in text or "NCCL INFO" in text or "NCCL ABORT" in text:
-        return "malformed"  # NCCL's marker without its host:pid:tid [dev] prefix
+        return "malformed"  # NCCL's marker behind a prefix we cannot read
+    tests = _NCCL_TESTS_RE.search(text, pos) if "NCCL failure" in text else None
+    if tests is not None:
+        return ParsedCommLine(
+            source="nccl",
+            event_type="nccl_error",
+            message=text[pos:].strip(),
+            rank=rank,
+            local_rank=local_rank,
+            host=tests["host"] or "",
+        )
     return _parse_torch(text, pos, rank, local_rank)
 
 
@@ -134,7 +139,7 @@ def _parse_nccl(
     if not msg and level == "WARN":
         return "malformed"
     log_time = None
-    ts = _NCCL_TS_RE.search(text, 0, m.start())
+    ts = _NCCL_TS_RE.search(text, 0, m.start("msg"))
     if ts is not None:
         log_time = LogTime(
             int(ts["y"]),
@@ -156,10 +161,10 @@ def _parse_nccl(
         message=msg,
         rank=rank,
         local_rank=local_rank,
-        cuda_dev=int(m.group("dev")),
-        pid=int(m.group("pid")),
-        tid=int(m.group("tid")),
-        host=m.group("host"),
+        cuda_dev=_int(m.group("dev")),
+        pid=_int(m.group("pid")) if "pid" in m.re.groupindex else None,
+        tid=_int(m.group("tid")) if "tid" in m.re.groupindex else None,
+        host=m.group("host") or "",
         level=level,
         log_time=log_time,
         peer=net.peer,
@@ -200,7 +205,7 @@ def _network_fields(msg: str) -> _Net:
         ib_status = _int(comp.group("err") or comp.group("status"))
         vendor_err = _first_int(_VENDOR_RE, msg[comp.end() :])
     else:
-        closed = _CLOSED_RE.search(msg)
+        closed = _CLOSED_RE.search(msg) or _SOCKET_PEER_RE.search(msg)
         if closed is not None:
             peer = closed.group("peer").rstrip(".,")
     hca = _HCA_ASYNC_RE.search(msg) or _HCA_TAIL_RE.search(msg)
@@ -253,11 +258,19 @@ def _parse_torch(
         prefix_end = old.end() if old.start() == 0 else 0
     else:
         prefix_end = 0
+        aborted = _ABORTED_ON_RANK_RE.search(body)  # "communicator was aborted on rank N"
+        if aborted is not None:
+            pg_rank = int(aborted.group(1))
+            rank = pg_rank if rank is None else rank
     message = body[prefix_end:].strip()
 
     source: Literal["nccl", "pytorch"] = "pytorch"
     event_type: CommEventType
-    if "Watchdog caught collective operation timeout" in body or "Timeout at NCCL work" in body:
+    if (
+        "Watchdog caught collective operation timeout" in body
+        or "Timeout at NCCL work" in body
+        or "timed out in blocking wait" in body
+    ):
         event_type = "watchdog_timeout"
     elif any(p in body for p in _REMOTE_PHRASES[:2]):
         event_type = "remote_process_exited"
@@ -316,21 +329,21 @@ def _first_int(pattern: re.Pattern[str], text: str) -> int | None:
 
 
 def log_time_ns(stamp: LogTime, now_ns: int) -> int | None:
-    """The stamp as ns since the epoch (local time; a missing year is the one that is not in
-    the future), or None when it is not a valid date."""
+    """The stamp as ns since the epoch (its zone when printed, else local time; a missing year
+    is the one that is not in the future), or None when it is not a valid date."""
     if not (1 <= stamp.month <= 12 and 1 <= stamp.day <= 31 and stamp.hour <= 23):
         return None
     year = stamp.year
     if year is None:
         year = time.localtime(now_ns / 1e9).tm_year
+    fields = (stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second)
     try:
-        secs = time.mktime(
-            (year, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second, 0, 0, -1)
-        )
-        if stamp.year is None and secs > now_ns / 1e9 + 86_400:
-            secs = time.mktime(
-                (year - 1, stamp.month, stamp.day, stamp.hour, stamp.minute, stamp.second, 0, 0, -1)
-            )
+        if stamp.utc_offset_s is not None:
+            secs = calendar.timegm((year, *fields, 0, 0, 0)) - stamp.utc_offset_s
+        else:
+            secs = int(time.mktime((year, *fields, 0, 0, -1)))
+            if stamp.year is None and secs > now_ns / 1e9 + 86_400:
+                secs = int(time.mktime((year - 1, *fields, 0, 0, -1)))
     except (OverflowError, ValueError):
         return None
-    return int(secs) * 1_000_000_000 + stamp.nanos
+    return secs * 1_000_000_000 + stamp.nanos
