@@ -25,6 +25,7 @@ from rankscope.cli import (
     schemas,
     services,
     stages,
+    topics,
 )
 
 __all__ = ["app", "main"]
@@ -53,6 +54,7 @@ app.add_typer(services.services_app, name="services")
 app.add_typer(grafana.grafana_app, name="grafana")
 app.add_typer(redaction.redaction_app, name="redaction")
 app.add_typer(recovery.recovery_app, name="recovery")
+app.add_typer(topics.topics_app, name="topics")
 
 
 def main() -> None:
