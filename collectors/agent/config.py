@@ -27,6 +27,7 @@ from rankscope.collectors.agent.registry import COLLECTORS, AgentConfigError, lo
 from rankscope.collectors.base import CollectorConfig
 from rankscope.collectors.publisher import PublisherConfig
 from rankscope.collectors.spool import DEFAULT_MAX_BYTES, DEFAULT_SEGMENT_BYTES, FsyncPolicy
+from rankscope.redaction.source import SourceRedactionConfig
 
 __all__ = [
     "AGENT_NAME",
@@ -85,6 +86,11 @@ class AgentConfig(BaseModel):
     )
     kafka: PublisherConfig
     spool: SpoolConfig = SpoolConfig()
+    redaction: SourceRedactionConfig = Field(
+        default_factory=SourceRedactionConfig,
+        description="Redaction before spooling and publishing (on by default; "
+        "redaction.enabled: false or RANKSCOPE_AGENT__REDACTION__ENABLED=false turns it off).",
+    )
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     inventory_interval_s: float = Field(default=300.0, gt=0)
     shutdown_timeout_s: float = Field(

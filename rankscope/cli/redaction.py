@@ -119,8 +119,12 @@ def audit(
     job: Annotated[str | None, typer.Option(help="Only this job.")] = None,
     hours: Annotated[float, typer.Option(help="Look back this many hours.")] = 24.0,
     by: Annotated[
-        str, typer.Option(help="Group by: entity, field, kind, rule (comma-separated).")
-    ] = "kind,field,entity,action",
+        str,
+        typer.Option(
+            help="Group by: stage (agent, exporter, stream), kind, field, entity, rule, action "
+            "(comma-separated)."
+        ),
+    ] = "stage,kind,field,entity,action",
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
     database: DatabaseOpt = DEFAULT_DATABASE,
@@ -129,7 +133,8 @@ def audit(
     """What redaction found and did: counts per kind, field, entity and rule (never values)."""
     from rankscope.sinks.clickhouse import check_database_name, connect
 
-    allowed = {"kind", "field", "entity", "rule", "action", "job_id", "cluster", "rules_version"}
+    allowed = {"stage", "kind", "field", "entity", "rule", "action", "job_id", "cluster"}
+    allowed.add("rules_version")
     cols = [c.strip() for c in by.split(",") if c.strip()]
     bad = [c for c in cols if c not in allowed]
     if bad or not cols:
