@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clickhouse_connect.driver.client import Client
@@ -62,6 +63,42 @@ def test_the_committed_dashboards_are_what_the_code_builds() -> None:
             f"{spec.uid}: run `rankscope grafana build --out rankscope/dashboards`"
         )
     assert {p.name for p in DASHBOARDS_DIR.glob("*.json")} == {f"{d.uid}.json" for d in DASHBOARDS}
+
+
+def test_the_sdk_is_the_pinned_build_for_a_current_grafana() -> None:
+    """An unpinned or ranged requirement resolves to the SDK's Grafana 10.1 build (highest epoch),
+    whose dashboards carry schemaVersion 36; the pin names the 11.6 build, schemaVersion 41."""
+    from importlib.metadata import version
+
+    assert version("grafana-foundation-sdk").endswith("!11.6.0")
+    for spec in DASHBOARDS:
+        assert build_dashboard(spec)["schemaVersion"] == 41, spec.uid
+
+
+def test_every_dashboard_reads_back_through_the_sdk_models_unchanged() -> None:
+    """Grafana's dashboard schema as the SDK ships it: each committed file parses into the SDK's
+    typed models (panel options through the panel plugin's own model) and encodes back to the
+    same JSON, so no key is unknown to the schema and no value has the wrong shape."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    for path in DASHBOARDS_DIR.glob("*.json"):
+        doc = json.loads(path.read_text())
+        model = Dashboard.from_json(doc)
+        back = json.loads(json.dumps(model, cls=JSONEncoder))
+        assert _without_empty(back) == _without_empty(doc), path.name
+
+
+def _without_empty(value: Any) -> Any:
+    """``value`` less empty objects (the SDK writes a panel's empty ``custom: {}`` back)."""
+    if isinstance(value, dict):
+        kept = {k: _without_empty(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v != {}}
+    if isinstance(value, list):
+        return [_without_empty(v) for v in value]
+    return value
 
 
 def test_every_panel_and_variable_returns_rows_on_demo_data(demo: tuple[Client, DemoData]) -> None:
