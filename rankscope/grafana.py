@@ -4,13 +4,19 @@ Panels query the official ClickHouse datasource plugin with raw SQL: the plugin'
 (``$__timeFilter(ts)``, ``$__timeInterval(ts)``) and dashboard variables (``cluster``, ``job``,
 ``node``, ``rank``). Where a panel answers a question of the named SQL library it runs that
 file, its parameters bound to variables, so the dashboards and the CLI cannot drift apart.
-Table names are unqualified: the datasource's default database applies.
+The datasource and the database are dashboard variables too (``datasource``, of the plugin's
+type; ``database``, default ``rankscope``): the dashboards load in any Grafana with the plugin,
+whatever the datasource's uid and default database. Targets are the plugin's v4 query model
+(``rankscope.grafana_query``).
 
 Variables reach the SQL only percent-encoded and decoded by ClickHouse (``value_of``,
 ``values_of``): Grafana's ``percentencode`` format writes nothing but ``A-Z a-z 0-9 - _ . ~ %``,
 so no value (job ids and node names come from telemetry) can close the string literal it sits
 in, whatever quotes or backslashes it holds. ``singlequote`` and ``sqlstring`` leave ``\\``
-alone, which ClickHouse reads as an escape; they are not used.
+alone, which ClickHouse reads as an escape; they are not used. The database, an identifier,
+is written `` `${database:percentencode}` ``: in a back-quoted identifier none of those
+characters can end it or start a comment, so an odd value names a database that does not
+exist, nothing else.
 
 ``expand`` does what Grafana and the plugin do to a panel's SQL before it reaches ClickHouse;
 the tests run every panel that way against an engine loaded with a simulated job.
@@ -36,11 +42,14 @@ from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableOption
 
+from rankscope import grafana_query as chq
 from rankscope.sinks.named_queries import load_queries
 
-DATASOURCE = DataSourceRef(type_val="grafana-clickhouse-datasource", uid="rankscope-clickhouse")
+#: every panel and variable queries the datasource the ``datasource`` variable selects
+DATASOURCE = DataSourceRef(type_val=chq.PLUGIN_ID, uid="${datasource}")
+DEFAULT_DATABASE = "rankscope"
 #: the built dashboards, package data (``write_dashboards`` writes wherever it is told)
 DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
 Format = Literal["table", "time_series"]
@@ -53,14 +62,15 @@ class _ClickHouseQuery(cogvariants.Dataquery):
         self.ref_id, self.sql, self.fmt = ref_id, sql, fmt
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "refId": self.ref_id,
-            "datasource": {"type": DATASOURCE.type_val, "uid": DATASOURCE.uid},
-            "editorType": "sql",
-            "queryType": "timeseries" if self.fmt == "time_series" else "table",
-            "format": 0 if self.fmt == "time_series" else 1,
-            "rawSql": self.sql,
-        }
+        series = self.fmt == "time_series"
+        return chq.ClickHouseSqlQuery(
+            ref_id=self.ref_id,
+            datasource=chq.DataSourceRef(type=DATASOURCE.type_val, uid=DATASOURCE.uid),
+            plugin_version=chq.PLUGIN_VERSION,
+            raw_sql=self.sql,
+            query_type=chq.QueryType.TIMESERIES if series else chq.QueryType.TABLE,
+            format=chq.Format.TIME_SERIES if series else chq.Format.TABLE,
+        ).to_target()
 
 
 class ClickHouseSql(cogbuilder.Builder[cogvariants.Dataquery]):
@@ -93,17 +103,26 @@ def values_of(name: str) -> str:
     )
 
 
+def identifier_of(name: str) -> str:
+    """SQL (a quoted identifier) for the value of the single-valued variable ``name``: the
+    ``percentencode`` alphabet cannot close a back-quoted identifier (no `` ` `` or ``\\``)
+    nor start a comment inside one. A name outside ``A-Z a-z 0-9 - _ . ~`` arrives encoded."""
+    return f"`${{{name}:percentencode}}`"
+
+
 #: every way a dashboard's SQL may use a variable; tests refuse any other
 CLUSTER, JOB = value_of("cluster"), value_of("job")
 NODES, RANKS = values_of("node"), values_of("rank")
+DB = identifier_of("database")
 MULTI_VARIABLES = ("node", "rank")
+IDENTIFIER_VARIABLES = ("database",)
 
 
 def named(name: str, **params: str) -> str:
     """A named query's SQL for a panel: its parameters bound to SQL expressions (variables as
-    ``value_of`` gives them), the database left to the datasource."""
+    ``value_of`` gives them), the database the ``database`` variable."""
     q = load_queries()[name]
-    sql = q.sql.replace("{db:Identifier}.", "")
+    sql = q.sql.replace("{db:Identifier}.", f"{DB}.")
     for p in q.params:
         value = params.get(p.name)
         if value is None:
@@ -146,17 +165,19 @@ class DashboardSpec:
 def _variables() -> dict[str, str]:
     """Variable name -> its query (each narrows by the ones before it)."""
     return {
-        "cluster": "SELECT DISTINCT cluster FROM spans WHERE $__timeFilter(ts) ORDER BY cluster",
+        "cluster": (
+            f"SELECT DISTINCT cluster FROM {DB}.spans WHERE $__timeFilter(ts) ORDER BY cluster"
+        ),
         "job": (
-            f"SELECT job_id FROM spans WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
+            f"SELECT job_id FROM {DB}.spans WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
             "GROUP BY job_id ORDER BY max(ts) DESC"
         ),
         "node": (
-            f"SELECT DISTINCT node FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+            f"SELECT DISTINCT node FROM {DB}.spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
             "ORDER BY node"
         ),
         "rank": (
-            f"SELECT DISTINCT rank FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+            f"SELECT DISTINCT rank FROM {DB}.spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
             "ORDER BY rank"
         ),
     }
@@ -182,7 +203,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Incidents per hour by cause",
                 "timeseries",
                 "SELECT $__timeInterval(first_cause_ts) AS time, cause_class, count() AS incidents "
-                "FROM incidents FINAL WHERE $__timeFilter(first_cause_ts) "
+                f"FROM {DB}.incidents FINAL WHERE $__timeFilter(first_cause_ts) "
                 f"AND cluster = {CLUSTER} GROUP BY time, cause_class ORDER BY time",
                 fmt="time_series",
             ),
@@ -190,7 +211,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "GPU utilisation by job (from the per-minute rollup)",
                 "timeseries",
                 "SELECT $__timeInterval(minute) AS time, job_id, avgMerge(util_avg) AS util "
-                "FROM gpu_minute WHERE minute >= toStartOfMinute($__fromTime) "
+                f"FROM {DB}.gpu_minute WHERE minute >= toStartOfMinute($__fromTime) "
                 "AND minute <= $__toTime AND job_id != '' "
                 "GROUP BY time, job_id ORDER BY time",
                 fmt="time_series",
@@ -200,7 +221,8 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Hardware and NCCL errors per hour (from the per-node rollup)",
                 "timeseries",
                 "SELECT $__timeInterval(hour) AS time, sum(xids) AS xids, "
-                "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors FROM node_hour "
+                "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors "
+                f"FROM {DB}.node_hour "
                 "WHERE hour >= toStartOfHour($__fromTime) AND hour <= $__toTime "
                 f"AND cluster = {CLUSTER} GROUP BY time ORDER BY time",
                 fmt="time_series",
@@ -217,7 +239,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Step time per rank and window (s)",
                 "heatmap",
                 "SELECT window_start AS time, toString(rank) AS rank, step_time_mean_s AS value "
-                f"FROM rank_windows FINAL WHERE {JOB_FILTER} AND $__timeFilter(window_start) "
+                f"FROM {DB}.rank_windows FINAL WHERE {JOB_FILTER} AND $__timeFilter(window_start) "
                 "ORDER BY time, rank",
                 width=24,
             ),
@@ -241,7 +263,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "GPU utilisation per rank",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(sm_util_pct) "
-                f"AS util FROM gpu_samples WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+                f"AS util FROM {DB}.gpu_samples WHERE {JOB_FILTER} AND $__timeFilter(ts) "
                 f"AND has({NODES}, node) GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="percent",
@@ -250,7 +272,8 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Step time of the selected ranks (s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(duration_s) "
-                f"AS step_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) AND phase = 'step' "
+                f"AS step_s FROM {DB}.spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+                "AND phase = 'step' "
                 f"AND has({RANKS}, toString(rank)) GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="s",
@@ -272,7 +295,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Compute (forward + backward) time per rank (s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, sum(duration_s) "
-                f"AS compute_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+                f"AS compute_s FROM {DB}.spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
                 "AND phase IN ('forward', 'backward') GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="s",
@@ -299,7 +322,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "IB transmit rate per node (bytes/s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, node, "
-                "sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM fabric_counters "
+                f"sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM {DB}.fabric_counters "
                 f"WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
                 f"AND has({NODES}, node) GROUP BY time, node ORDER BY time",
                 fmt="time_series",
@@ -319,7 +342,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Power per node (W)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, node, sum(power_w) / "
-                "greatest(uniqExact(ts), 1) * uniqExact(gpu) AS power_w FROM gpu_samples "
+                f"greatest(uniqExact(ts), 1) * uniqExact(gpu) AS power_w FROM {DB}.gpu_samples "
                 f"WHERE {JOB_FILTER} AND $__timeFilter(ts) GROUP BY time, node ORDER BY time",
                 fmt="time_series",
                 unit="watt",
@@ -346,7 +369,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Findings over time by entity",
                 "timeseries",
                 "SELECT $__timeInterval(window_start) AS time, entity, sum(count) AS findings "
-                "FROM redaction_audit FINAL WHERE $__timeFilter(window_start) "
+                f"FROM {DB}.redaction_audit FINAL WHERE $__timeFilter(window_start) "
                 "GROUP BY time, entity ORDER BY time",
                 fmt="time_series",
                 width=24,
@@ -388,6 +411,14 @@ def build_dashboard(spec: DashboardSpec) -> dict[str, Any]:
         .refresh("30s")
         .time("now-6h", "now")
         .timezone("utc")
+    )
+    d = d.with_variable(
+        gd.DatasourceVariable("datasource").label("ClickHouse").type(chq.PLUGIN_ID)
+    ).with_variable(
+        gd.TextBoxVariable("database")
+        .label("database")
+        .default_value(DEFAULT_DATABASE)
+        .current(VariableOption(selected=True, text=DEFAULT_DATABASE, value=DEFAULT_DATABASE))
     )
     queries = _variables()
     for name in spec.variables:
@@ -515,3 +546,13 @@ def expand(
 def panels(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, rawSql) of every panel target of a built dashboard."""
     return [(p["title"], t["rawSql"]) for p in doc.get("panels", []) for t in p.get("targets", [])]
+
+
+def variable_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """("variable NAME", SQL) of every query variable of a built dashboard (the datasource and
+    database variables hold a plugin id and a name, not SQL)."""
+    return [
+        (f"variable {v['name']}", v["query"])
+        for v in doc.get("templating", {}).get("list", [])
+        if v["type"] == "query"
+    ]

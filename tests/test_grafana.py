@@ -17,11 +17,14 @@ from clickhouse_connect.driver.client import Client
 from rankscope.grafana import (
     DASHBOARDS,
     DASHBOARDS_DIR,
+    DB,
     _variables,
     build_dashboard,
     expand,
     panels,
+    variable_queries,
 )
+from rankscope.grafana_query import PLUGIN_ID, PLUGIN_VERSION, ClickHouseSqlQuery
 from rankscope.sinks.clickhouse import connect
 from tests.conftest import Services
 from tests.demo_data import DemoData, load_demo
@@ -39,6 +42,7 @@ JOB_FOR = {"rankscope-stragglers": "slow-job", "rankscope-fabric": "ib-job"}
 
 
 def _variables_for(client: Client, job: str) -> dict[str, str | list[str]]:
+    db = client.database or ""
     nodes = [
         r[0]
         for r in client.query(f"SELECT DISTINCT node FROM spans WHERE job_id = '{job}'").result_rows
@@ -47,7 +51,7 @@ def _variables_for(client: Client, job: str) -> dict[str, str | list[str]]:
         str(r[0])
         for r in client.query(f"SELECT DISTINCT rank FROM spans WHERE job_id = '{job}'").result_rows
     ]
-    return {"cluster": "sim", "job": job, "node": nodes, "rank": ranks}
+    return {"database": db, "cluster": "sim", "job": job, "node": nodes, "rank": ranks}
 
 
 def _window(data: DemoData) -> tuple[dt.datetime, dt.datetime]:
@@ -108,10 +112,7 @@ def test_every_panel_and_variable_returns_rows_on_demo_data(demo: tuple[Client, 
     for spec in DASHBOARDS:
         variables = _variables_for(client, JOB_FOR.get(spec.uid, data.job_id))
         doc = build_dashboard(spec)
-        queries = panels(doc) + [
-            (f"variable {v['name']}", v["query"]) for v in doc.get("templating", {}).get("list", [])
-        ]
-        for title, sql in queries:
+        for title, sql in panels(doc) + variable_queries(doc):
             expanded = expand(sql, start, end, 10, variables)
             assert not re.search(r"\$\{|\$\w|\[\[", expanded), (spec.uid, title, expanded)
             rows = client.query(expanded).result_rows
@@ -124,12 +125,86 @@ def test_variables_chain_from_cluster_to_rank(demo: tuple[Client, DemoData]) -> 
     client, data = demo
     start, end = _window(data)
     queries = _variables()
-    jobs = client.query(expand(queries["job"], start, end, 10, {"cluster": "sim"})).result_rows
+    db = client.database or ""
+    sel: dict[str, str | list[str]] = {"database": db, "cluster": "sim"}
+    jobs = client.query(expand(queries["job"], start, end, 10, sel)).result_rows
     assert {r[0] for r in jobs} == {"demo-job", "ib-job", "slow-job"}
     ranks = client.query(
-        expand(queries["rank"], start, end, 10, {"cluster": "sim", "job": "demo-job"})
+        expand(queries["rank"], start, end, 10, {**sel, "job": "demo-job"})
     ).result_rows
     assert [r[0] for r in ranks] == list(range(16))
+
+
+def _targets() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{path.name} / {panel['title']}", target)
+        for path in sorted(DASHBOARDS_DIR.glob("*.json"))
+        for panel in json.loads(path.read_text())["panels"]
+        for target in panel["targets"]
+    ]
+
+
+def test_every_target_is_the_plugins_current_query_model() -> None:
+    """Each committed target validates (strictly, as JSON) against the model written from the
+    plugin's TypeScript types, names the plugin release compose installs, and queries the
+    datasource the dashboard's ``datasource`` variable selects."""
+    targets = _targets()
+    assert len(targets) >= 15
+    for where, target in targets:
+        q = ClickHouseSqlQuery.model_validate_json(json.dumps(target), strict=True)
+        assert q.plugin_version == PLUGIN_VERSION, where
+        assert q.query_type is not None and q.format is not None, where
+        assert target["datasource"] == {"type": PLUGIN_ID, "uid": "${datasource}"}, where
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"pluginVersion": None},  # v3 targets carry none
+        {"queryType": "timeSeries"},  # v3's spelling
+        {"queryType": "sql"},  # v2's
+        {"format": 1},  # a table format on a time series query
+        {"format": "time_series"},  # sqlds wants the number
+        {"editorType": "builder"},  # a builder query needs builderOptions
+        {"rawSql": ""},
+        {"rawQuery": "SELECT 1"},  # not a field of the plugin's model
+    ],
+)
+def test_the_query_model_refuses_what_the_plugin_would_not_read(change: dict[str, Any]) -> None:
+    from pydantic import ValidationError
+
+    _, target = next(t for t in _targets() if t[1]["queryType"] == "timeseries")
+    bad = {k: v for k, v in {**target, **change}.items() if v is not None}
+    with pytest.raises(ValidationError):
+        ClickHouseSqlQuery.model_validate_json(json.dumps(bad), strict=True)
+
+
+def test_compose_installs_the_plugin_release_the_targets_name() -> None:
+    import yaml
+
+    compose = yaml.safe_load(
+        (Path(__file__).parents[1] / "compose" / "docker-compose.yml").read_text()
+    )
+    preinstall = compose["services"]["grafana"]["environment"]["GF_PLUGINS_PREINSTALL_SYNC"]
+    assert f"{PLUGIN_ID}@{PLUGIN_VERSION}" in preinstall.split(",")
+
+
+def test_every_table_is_qualified_with_the_database_variable() -> None:
+    """Nothing relies on the datasource's default database: every ``FROM``/``JOIN`` of a table
+    names the ``database`` variable (subqueries and table functions aside)."""
+    checked = 0
+    for spec in DASHBOARDS:
+        doc = build_dashboard(spec)
+        for title, sql in panels(doc) + variable_queries(doc):
+            ctes = set(re.findall(r"\b(\w+) AS \(", sql))
+            for m in re.finditer(r"\b(?:FROM|(?<!ARRAY )JOIN)\s+([^\s(),]+)(?![(\w])", sql):
+                if m.group(1) in ctes:
+                    continue
+                assert m.group(1).startswith(f"{DB}."), (spec.uid, title, m.group(0))
+                checked += 1
+        names = [v["name"] for v in doc["templating"]["list"]]
+        assert names[:2] == ["datasource", "database"], spec.uid
+    assert checked >= 25
 
 
 def test_the_plugin_macros_expand_as_the_plugin_does() -> None:
@@ -176,6 +251,7 @@ def test_a_one_job_one_hour_panel_reads_a_small_share_of_the_table(services: Ser
     sql = next(s for t, s in panels(build_dashboard(spec)) if t == "GPU utilisation per rank")
     start = dt.datetime.fromtimestamp(t0 + 24 * 3600, tz=dt.UTC)
     variables: dict[str, str | list[str]] = {
+        "database": db,
         "cluster": "sim",
         "job": "job-1",
         "node": [f"node{i}" for i in range(32)],
