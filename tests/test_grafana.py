@@ -20,10 +20,10 @@ from rankscope.grafana import (
     DB,
     _variables,
     build_dashboard,
-    expand,
     panels,
     variable_queries,
 )
+from rankscope.grafana_expand import expand
 from rankscope.grafana_query import PLUGIN_ID, PLUGIN_VERSION, ClickHouseSqlQuery
 from rankscope.sinks.clickhouse import connect
 from tests.conftest import Services
@@ -38,7 +38,11 @@ def demo(services: Services) -> Iterator[tuple[Client, DemoData]]:
 
 
 #: the job each dashboard is looked at with (one that has something to show)
-JOB_FOR = {"rankscope-stragglers": "slow-job", "rankscope-fabric": "ib-job"}
+JOB_FOR = {
+    "rankscope-stragglers": "slow-job",
+    "rankscope-fabric": "ib-job",
+    "rankscope-node": "ib-job",
+}
 
 
 def _variables_for(client: Client, job: str) -> dict[str, str | list[str]]:
@@ -81,8 +85,9 @@ def test_the_sdk_is_the_pinned_build_for_a_current_grafana() -> None:
 
 def test_every_dashboard_reads_back_through_the_sdk_models_unchanged() -> None:
     """Grafana's dashboard schema as the SDK ships it: each committed file parses into the SDK's
-    typed models (panel options through the panel plugin's own model) and encodes back to the
-    same JSON, so no key is unknown to the schema and no value has the wrong shape."""
+    typed models (panel options through the panel plugin's own model) and encodes back with
+    every key and value kept, so no key is unknown to the schema and no value has the wrong
+    shape (a dropped key would be missing, a mistyped one changed)."""
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.cog.plugins import register_default_plugins
     from grafana_foundation_sdk.models.dashboard import Dashboard
@@ -92,17 +97,25 @@ def test_every_dashboard_reads_back_through_the_sdk_models_unchanged() -> None:
         doc = json.loads(path.read_text())
         model = Dashboard.from_json(doc)
         back = json.loads(json.dumps(model, cls=JSONEncoder))
-        assert _without_empty(back) == _without_empty(doc), path.name
+        assert not _lost(doc, back), (path.name, _lost(doc, back))
 
 
-def _without_empty(value: Any) -> Any:
-    """``value`` less empty objects (the SDK writes a panel's empty ``custom: {}`` back)."""
-    if isinstance(value, dict):
-        kept = {k: _without_empty(v) for k, v in value.items()}
-        return {k: v for k, v in kept.items() if v != {}}
-    if isinstance(value, list):
-        return [_without_empty(v) for v in value]
-    return value
+def _lost(doc: Any, back: Any, where: str = "") -> list[str]:
+    """Where ``back`` (the SDK's re-encoding) lacks or changed something of ``doc``; the SDK
+    may add its defaults (``custom: {align: auto}``), it must not drop or alter a key."""
+    if isinstance(doc, dict):
+        if not isinstance(back, dict):
+            return [where]
+        return [w for k, v in doc.items() for w in _lost(v, back.get(k), f"{where}.{k}")]
+    if isinstance(doc, list):
+        if not isinstance(back, list) or len(back) != len(doc):
+            return [where]
+        return [
+            w
+            for i, (a, b) in enumerate(zip(doc, back, strict=True))
+            for w in _lost(a, b, f"{where}[{i}]")
+        ]
+    return [] if doc == back else [where]
 
 
 def test_every_panel_and_variable_returns_rows_on_demo_data(demo: tuple[Client, DemoData]) -> None:
@@ -248,7 +261,9 @@ def test_a_one_job_one_hour_panel_reads_a_small_share_of_the_table(services: Ser
     )
     client = connect(services.clickhouse_url, database=db)
     spec = next(d for d in DASHBOARDS if d.uid == "rankscope-job")
-    sql = next(s for t, s in panels(build_dashboard(spec)) if t == "GPU utilisation per rank")
+    sql = next(
+        s for t, s in panels(build_dashboard(spec)) if t.startswith("GPU utilisation of the")
+    )
     start = dt.datetime.fromtimestamp(t0 + 24 * 3600, tz=dt.UTC)
     variables: dict[str, str | list[str]] = {
         "database": db,
@@ -283,3 +298,59 @@ def test_the_demo_pictures_come_from_the_named_queries(
         assert png.stat().st_size > 10_000
     assert heatmap_png(client, db, "no-such-job", tmp_path / "x.png") is None
     assert not (tmp_path / "x.png").exists()
+
+
+def _links(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
+    """(panel title, column, link) of every data link of a built dashboard."""
+    return [
+        (p["title"], o["matcher"]["options"], link)
+        for p in doc["panels"]
+        for o in p.get("fieldConfig", {}).get("overrides", [])
+        for prop in o["properties"]
+        if prop["id"] == "links"
+        for link in prop["value"]
+    ]
+
+
+def test_drill_down_links_go_fleet_to_job_to_node() -> None:
+    """Each data link opens a dashboard that exists, sets a variable it declares from the clicked
+    value (percent-encoded: a job id may hold ``&``), and keeps the time range, the datasource
+    and the database; the fleet's job ids open the job, the job's slowest ranks their nodes."""
+    docs = {spec.uid: build_dashboard(spec) for spec in DASHBOARDS}
+    hops = set()
+    for uid, doc in docs.items():
+        declared_here = {v["name"] for v in doc["templating"]["list"]}
+        for title, column, link in _links(doc):
+            m = re.fullmatch(r"/d/([\w-]+)/[\w-]+\?(.*)", link["url"])
+            assert m, (uid, title, link)
+            target, query = m.group(1), m.group(2).split("&")
+            assert target in docs, (uid, title, target)
+            declared_there = {v["name"] for v in docs[target]["templating"]["list"]}
+            assert query[:3] == [
+                "${__url_time_range}",
+                "${datasource:queryparam}",
+                "${database:queryparam}",
+            ]
+            *carried, clicked = query[3:]
+            for c in carried:
+                name = re.fullmatch(r"\$\{(\w+):queryparam\}", c)
+                assert name and name.group(1) in declared_here & declared_there, (uid, c)
+            var = re.fullmatch(r"var-(\w+)=\$\{__value\.raw:percentencode\}", clicked)
+            assert var and var.group(1) in declared_there, (uid, title, clicked)
+            hops.add((uid, column, target, var.group(1)))
+    assert ("rankscope-fleet", "job_id", "rankscope-job", "job") in hops
+    assert ("rankscope-job", "node", "rankscope-node", "node") in hops
+
+
+def test_the_linked_columns_are_in_the_panels_results(demo: tuple[Client, DemoData]) -> None:
+    """A link on a column the query does not return would never show: run the linked panels."""
+    client, data = demo
+    start, end = _window(data)
+    for spec in DASHBOARDS:
+        doc = build_dashboard(spec)
+        sql_of = dict(panels(doc))
+        for title, column, _ in _links(doc):
+            variables = _variables_for(client, JOB_FOR.get(spec.uid, data.job_id))
+            result = client.query(expand(sql_of[title], start, end, 10, variables))
+            assert column in result.column_names, (spec.uid, title, result.column_names)
+            assert result.result_rows, (spec.uid, title)

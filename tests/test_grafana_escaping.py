@@ -29,16 +29,13 @@ from rankscope.grafana import (
     IDENTIFIER_VARIABLES,
     JOB,
     MULTI_VARIABLES,
-    VARIABLE_SYNTAX,
-    expand,
-    format_value,
     identifier_of,
     panels,
-    percent_encode,
     value_of,
     values_of,
     variable_queries,
 )
+from rankscope.grafana_expand import VARIABLE_SYNTAX, expand, format_value, percent_encode
 from rankscope.sinks.clickhouse import connect, migrate
 from tests.conftest import Services
 from tests.demo_data import DemoData, load_demo
@@ -301,9 +298,11 @@ def test_the_job_dashboard_selects_the_hostile_job_and_nothing_else(
     assert {r[0] for r in run("variable node")} == {H_NODE, "n1"}
     assert [r[0] for r in run("variable rank")] == [0, 1]
     # ranks 2 and 5 are selected too, but belong to other jobs or clusters
-    assert {r[1] for r in run("Step time of the selected ranks (s)")} == {"0"}
+    assert {r[1] for r in run("Step time of the 10 slowest selected ranks (s)")} == {"0"}
     compute = expand(
-        _query("rankscope-stragglers", "Compute (forward + backward) time per rank (s)"),
+        _query(
+            "rankscope-stragglers", "Compute (forward + backward) time of the 10 slowest ranks (s)"
+        ),
         start,
         end,
         10,
