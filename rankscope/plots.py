@@ -1,6 +1,6 @@
 """Pictures of a job from the named SQL library: the per-rank heatmap and the incident timeline.
 
-The same queries as the Grafana panels (``rank_heatmap``, ``incident_timeline``), drawn with
+The same queries as the Grafana panels (``rank_heatmap_buckets``, ``incident_timeline``), drawn with
 matplotlib into PNG files that the demo writes next to its report, so a person sees the
 picture without a Grafana server.
 """
@@ -26,30 +26,48 @@ _ROLE_STYLE = {
 }
 
 
-def heatmap_png(client: Client, database: str, job_id: str, path: Path) -> Path | None:
-    """Step time per rank and event-time window; None when the job has no windows."""
-    rows = list(run_query(client, "rank_heatmap", database, {"job_id": job_id}).named_results())
-    if not rows:
-        return None
-    starts = sorted({r["window_start"] for r in rows})
-    ranks = sorted({int(r["rank"]) for r in rows})
+#: the heatmap PNG's size (inches at ``HEATMAP_DPI``): fixed, whatever the job size
+HEATMAP_SIZE_IN, HEATMAP_DPI = (10.0, 6.0), 110
+#: the most rows: ranks are folded into runs (``rank_heatmap_buckets``), as in Grafana
+HEATMAP_ROWS = 64
+
+
+def heatmap_grid(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str], list[list[float]]]:
+    """(window starts, run labels, grid[run][window]) from ``rank_heatmap_buckets`` rows."""
+    starts = sorted({r["time"] for r in rows})
+    runs = sorted({(int(r["bucket"]), str(r["ranks"])) for r in rows})
     col = {s: i for i, s in enumerate(starts)}
-    row = {r: i for i, r in enumerate(ranks)}
-    grid: list[list[float]] = [[float("nan")] * len(starts) for _ in ranks]
+    row = {bucket: i for i, (bucket, _) in enumerate(runs)}
+    grid: list[list[float]] = [[float("nan")] * len(starts) for _ in runs]
     for r in rows:
         if r["value"] is not None:
-            grid[row[int(r["rank"])]][col[r["window_start"]]] = float(r["value"])
+            grid[row[int(r["bucket"])]][col[r["time"]]] = float(r["value"])
+    return starts, [label for _, label in runs], grid
+
+
+def heatmap_png(client: Client, database: str, job_id: str, path: Path) -> Path | None:
+    """Step time per run of ranks (the worst rank of each) and window; None when the job has no
+    windows. At most ``HEATMAP_ROWS`` rows in a fixed-size image: a 4,096-rank job once made a
+    picture 112,805 px high, one row per rank."""
+    params = {"job_id": job_id, "buckets": str(HEATMAP_ROWS)}
+    rows = list(run_query(client, "rank_heatmap_buckets", database, params).named_results())
+    if not rows:
+        return None
+    starts, labels, grid = heatmap_grid(rows)
     t0 = starts[0]
-    fig, ax = plt.subplots(figsize=(10, max(3.0, 0.25 * len(ranks) + 1.5)), dpi=110)
-    extent = (0, (starts[-1] - t0).total_seconds() + 5, ranks[-1] + 0.5, ranks[0] - 0.5)
+    fig, ax = plt.subplots(figsize=HEATMAP_SIZE_IN, dpi=HEATMAP_DPI)
+    extent = (0, (starts[-1] - t0).total_seconds() + 5, len(labels) - 0.5, -0.5)
     img = ax.imshow(grid, aspect="auto", cmap="viridis", extent=extent, interpolation="nearest")
-    fig.colorbar(img, ax=ax, label="mean step time (s)")
+    fig.colorbar(img, ax=ax, label="mean step time, worst rank of the run (s)")
+    step = max(1, len(labels) // 16)  # at most ~16 tick labels
+    ticks = list(range(0, len(labels), step))
+    ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=7)
     ax.set_xlabel(f"seconds since {t0:%H:%M:%S} UTC (5 s windows)")
-    ax.set_ylabel("rank")
+    ax.set_ylabel("rank" if labels[0].startswith("rank ") else "runs of adjacent ranks")
     ax.set_title(f"{job_id}: step time per rank and window")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, dpi=HEATMAP_DPI)
     plt.close(fig)
     return path
 
