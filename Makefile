@@ -7,7 +7,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format bench fuzz clean services-up services-down
+.PHONY: demo test lint format bench fuzz clean services-up services-down browser
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,8 +20,21 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/rankscope demo
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(PY) -m pytest
+
+# Debian's chromium, for the browser test of the report pages (tests/test_report_pages_browser.py).
+# Idempotent: nothing happens when $$CHROMIUM or a chromium on PATH is there; the package lists are
+# refreshed only when the first install attempt fails (a clean machine may have none).
+browser:
+	@if [ -n "$$CHROMIUM" ] || command -v chromium >/dev/null 2>&1; then exit 0; fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	  echo "make browser: chromium is missing and this is not root: run 'sudo apt-get install -y --no-install-recommends chromium' or set CHROMIUM=/path/to/chromium" >&2; \
+	  exit 1; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y -q --no-install-recommends chromium \
+	  || { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; }
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

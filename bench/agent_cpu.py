@@ -19,6 +19,18 @@ without it batches are spooled, read back and acknowledged by a local stand-in t
 them, so everything but the network is measured.
 
     .venv/bin/python bench/agent_cpu.py --cycles 300 --realtime 20 [--bootstrap 127.0.0.1:9092]
+
+3. **light redaction** (``--redaction-compare S``, issue 16): two agents at the real 1 s
+   interval, one with source redaction on (the default) and one with it off, each for S
+   seconds, alternating ``--rounds`` times, each also tailing NCCL logs (the real ``nccl_log``
+   collector) and the kernel log (the real ``kernel_log`` collector on a file source). The lines
+   are appended by a separate writer process (its CPU is not the agent's) at
+   ``--nccl-lines-per-rank-s`` per rank (one log file per rank, as ``NCCL_DEBUG_FILE`` with
+   ``%p`` makes) and ``--kernel-lines-s``. The share of a core with redaction on, off, and
+   their ratio go to ``--json``.
+
+    .venv/bin/python bench/agent_cpu.py --cycles 0 --redaction-compare 60 --rounds 2 \
+        --json bench/results/agent_cpu_light_redaction.json
 """
 
 from __future__ import annotations
@@ -169,10 +181,29 @@ def build_sources(
 
 
 def make_agent(
-    args: argparse.Namespace, interval_s: float, tmp: Path, tag: str
+    args: argparse.Namespace,
+    interval_s: float,
+    tmp: Path,
+    tag: str,
+    *,
+    redaction: bool = True,
+    logs: Path | None = None,
 ) -> tuple[Agent, list[Collector], str]:
+    sections: dict[str, object] = {}
+    if logs is not None:  # the log readers: NCCL files per rank, the kernel log as a file
+        sections = {
+            "nccl_log": {"paths": [str(logs / "nccl.*.log")], "interval_s": interval_s},
+            "kernel_log": {
+                "source": "file",
+                "paths": [str(logs / "kern.log")],
+                "interval_s": interval_s,
+                "use_nvml": False,
+            },
+        }
     config = AgentConfig.model_validate(
         {
+            **sections,
+            "redaction": {"enabled": redaction},
             "cluster": "bench",
             "node": "bench-node",
             "kafka": {
@@ -278,6 +309,191 @@ def real_time(args: argparse.Namespace, tmp: Path) -> None:
     )
 
 
+# -- issue 16: light redaction on vs off, with the log readers --------------------------------
+
+#: NCCL and PyTorch line shapes as tests/test_nccl_log.py records them (NCCL src/debug.cc,
+#: ProcessGroupNCCL.cpp); INFO lines are read and parsed but make no event, WARN lines do
+_INFO = (
+    "{host}:{pid}:{pid} [{gpu}] NCCL INFO Channel {ch:02d}/0 : {gpu}[{gpu}] -> {peer}[{gpu}] "
+    "[send] via NET/IB/{gpu}/GDRDMA"
+)
+_WARN = (
+    "{host}:{pid}:{tid} [{gpu}] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion from "
+    "peer 10.40.2.{peer}<53818> with error 12, opcode 0, len 0, vendor err 129"
+)
+#: one WARN in 20 carries a credential (a launcher's environment next to the error), so the
+#: analysis path runs, not only the pre-filter
+_WARN_SECRET = _WARN + " HF_TOKEN=hf_{tok}"
+_KERNEL = "Dec  4 15:00:00 bench-node kernel: [ {t:.3f}] {msg}"
+_KERNEL_MSGS = (
+    "mlx5_core 0000:3b:00.0: mlx5_fw_tracer_handle_traces:736:(pid 0): FW Tracer on",
+    "NVRM: Xid (PCI:0000:3b:00): 13, pid=7, name=python3, Graphics Exception",
+    'audit: type=1400 audit(1733324400.123:42): apparmor="STATUS" operation="profile_load"',
+)
+
+
+def write_logs(logs: Path, ranks: int, nccl_per_rank_s: float, kernel_s: float) -> int:
+    """The writer process: append lines at the given rates until killed."""
+    import random
+
+    rnd = random.Random(7)
+    files = [open(logs / f"nccl.bench-node.{4000 + r}.log", "a") for r in range(ranks)]  # noqa: SIM115
+    kern = open(logs / "kern.log", "a")  # noqa: SIM115
+    start = time.monotonic()
+    written_nccl = written_kern = n = 0
+    while True:
+        now = time.monotonic() - start
+        while written_nccl < now * nccl_per_rank_s * ranks:
+            r = written_nccl % ranks
+            n += 1
+            fields = {"host": "bench-node", "pid": 4000 + r, "tid": 4100 + r, "gpu": r}
+            if n % 10 == 0:  # 10% WARN (pessimistic: WARN is ~0/s on a healthy job)
+                tok = "".join(
+                    rnd.choices("ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz", k=34)
+                )
+                line = (_WARN_SECRET if n % 200 == 0 else _WARN).format(
+                    peer=rnd.randrange(1, 250), tok=tok, **fields
+                )
+            else:
+                line = _INFO.format(ch=n % 32, peer=(r + 8) % 64, **fields)
+            files[r].write(line + "\n")
+            files[r].flush()
+            written_nccl += 1
+        while written_kern < now * kernel_s:
+            # one Xid in 10 lines (pessimistic: a healthy node logs none)
+            msg = _KERNEL_MSGS[1 if written_kern % 10 == 5 else 2 * (written_kern % 2)]
+            kern.write(_KERNEL.format(t=1000 + now, msg=msg) + "\n")
+            kern.flush()
+            written_kern += 1
+        time.sleep(0.05)
+
+
+def _share(args: argparse.Namespace, tmp: Path, tag: str, redaction: bool) -> dict[str, float]:
+    """One agent with the log readers at the real 1 s interval: process CPU / wall."""
+    import subprocess
+
+    logs = tmp / f"logs-{tag}"
+    logs.mkdir()
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--write-logs",
+            str(logs),
+            "--gpus",
+            str(args.gpus),
+            "--nccl-lines-per-rank-s",
+            str(args.nccl_lines_per_rank_s),
+            "--kernel-lines-s",
+            str(args.kernel_lines_s),
+        ]
+    )
+    try:
+        time.sleep(1.0)  # the files exist before the agent's first poll
+        agent, _, _ = make_agent(args, 1.0, tmp, tag, redaction=redaction, logs=logs)
+        agent.start()
+        try:
+            time.sleep(3.0)  # warm-up: first inventory, first reads, caches
+            before = agent.stats()
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            time.sleep(args.redaction_compare)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            after = agent.stats()
+        finally:
+            final = agent.stop()
+    finally:
+        writer.kill()
+        writer.wait()
+    by = {c.name: c.events for c in after.collectors}
+    was = {c.name: c.events for c in before.collectors}
+    events = {name: (by[name] - was.get(name, 0)) / wall for name in by}
+    return {
+        "core_share": cpu / wall,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "events_per_s": sum(events.values()),
+        "nccl_events_per_s": events.get("nccl_log", 0.0),
+        "kernel_events_per_s": events.get("kernel_log", 0.0),
+        "delivered": float(final.delivered),
+        "sampled": float(final.sampled),
+    }
+
+
+def redaction_compare(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
+    runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+    for i in range(args.rounds):  # alternate, so drift in the machine's load hits both
+        for mode in ("off", "on") if i % 2 else ("on", "off"):
+            r = _share(args, tmp, f"{mode}{i}", redaction=mode == "on")
+            runs[mode].append(r)
+            print(
+                f"  redaction {mode:<3} round {i}: {r['core_share'] * 100:.3f}% of a core, "
+                f"{r['events_per_s']:.1f} events/s ({r['nccl_events_per_s']:.1f} from NCCL logs, "
+                f"{r['kernel_events_per_s']:.1f} from the kernel log)"
+            )
+    on = sum(r["cpu_s"] for r in runs["on"]) / sum(r["wall_s"] for r in runs["on"])
+    off = sum(r["cpu_s"] for r in runs["off"]) / sum(r["wall_s"] for r in runs["off"])
+    print(
+        f"\nlight redaction on: {on * 100:.3f}% of one core, off: {off * 100:.3f}%, "
+        f"ratio {on / off:.2f}; goal < {GOAL_CORE_FRACTION:.0%}"
+    )
+    return {
+        "core_share_redaction_on": on,
+        "core_share_redaction_off": off,
+        "ratio_on_off": on / off,
+        "goal_core_share": GOAL_CORE_FRACTION,
+        "meets_goal": on < GOAL_CORE_FRACTION,
+        "runs": runs,
+    }
+
+
+def light_throughput(duration_s: float, seed: int = 11) -> dict[str, object]:
+    """Fields/s on one core, light mode against the stream stage's mode, on the realistic
+    telemetry mix of bench/redaction_throughput.py (same events, same process, in turn)."""
+    import importlib.util
+
+    from rankscope.redaction.light import LightRedactor
+    from rankscope.redaction.rules import load_rules
+    from rankscope.redaction.stage import RedactionStage
+
+    spec = importlib.util.spec_from_file_location(
+        "redaction_throughput", ROOT / "bench" / "redaction_throughput.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mix = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mix)
+    rules = load_rules()
+    events = mix.build_events(duration_s, seed)
+    records = mix.batches(events, 200)
+    out: dict[str, object] = {"events": len(events)}
+    results: dict[str, list[Event]] = {}
+    modes = {
+        "stream": lambda: RedactionStage(rules, mix.KEY),
+        "light_with_key": lambda: RedactionStage(
+            rules, mix.KEY, LightRedactor(rules, mix.KEY), stage="agent"
+        ),
+        "light_no_key": lambda: RedactionStage(
+            rules, None, LightRedactor(rules, None), stage="agent"
+        ),
+    }
+    for name, build in modes.items():
+        stage = build()
+        t0 = time.process_time()
+        done = [stage.process(b, f"bench:0:{i}") for i, b in enumerate(records)]
+        spent = time.process_time() - t0
+        results[name] = [ev for r in done for ev in r.events]
+        out[name] = {
+            "fields": stage.stats.values_seen,
+            "cpu_s": round(spent, 3),
+            "fields_per_s": round(stage.stats.values_seen / spent),
+            "analysed": stage.redactor.analyzed,
+            "prefiltered": stage.redactor.prefiltered,
+            "cache_hits": stage.stats.cache_hits,
+        }
+        print(f"  {name:<15} {stage.stats.values_seen / spent:>10,.0f} fields/s ({spent:.2f}s CPU)")
+    out["light_equals_stream"] = results["light_with_key"] == results["stream"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
@@ -287,11 +503,58 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hcas", type=int, default=4)
     parser.add_argument("--bootstrap", default=None, help="Kafka to publish to; omit: spool only")
     parser.add_argument("--synthetic", action="store_true", help="skip the real collectors")
+    parser.add_argument(
+        "--redaction-compare", type=float, default=0.0, help="seconds per agent; 0 = skip"
+    )
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--nccl-lines-per-rank-s",
+        type=float,
+        default=5.0,
+        help="NCCL log lines per rank per second (10%% WARN)",
+    )
+    parser.add_argument("--kernel-lines-s", type=float, default=1.0)
+    parser.add_argument("--json", type=Path, default=None, help="write the comparison here")
+    parser.add_argument(
+        "--throughput", type=float, default=0.0, help="simulated seconds of the telemetry mix"
+    )
+    parser.add_argument("--write-logs", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.write_logs is not None:
+        return write_logs(
+            args.write_logs, args.gpus, args.nccl_lines_per_rank_s, args.kernel_lines_s
+        )
     with tempfile.TemporaryDirectory(prefix="rankscope-agent-bench-") as tmp:
-        back_to_back(args, Path(tmp))
+        if args.cycles > 0:
+            back_to_back(args, Path(tmp))
         if args.realtime > 0:
             real_time(args, Path(tmp))
+        if args.redaction_compare > 0:
+            result = redaction_compare(args, Path(tmp))
+            if args.throughput > 0:
+                print("\nredaction throughput on one core (bench/redaction_throughput.py mix):")
+                result["throughput"] = light_throughput(args.throughput)
+            if args.json is not None:
+                import json
+                import platform
+
+                result = {
+                    "bench": "agent_cpu light redaction (issue 16)",
+                    "command": " ".join(["bench/agent_cpu.py", *(argv or sys.argv[1:])]),
+                    "gpus": args.gpus,
+                    "hcas": args.hcas,
+                    "interval_s": 1.0,
+                    "nccl_lines_per_rank_s": args.nccl_lines_per_rank_s,
+                    "nccl_warn_fraction": 0.1,
+                    "kernel_lines_s": args.kernel_lines_s,
+                    "seconds_per_run": args.redaction_compare,
+                    "rounds": args.rounds,
+                    "python": platform.python_version(),
+                    **result,
+                }
+                args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(result, indent=2) + "\n")
+                print(f"wrote {args.json}")
     return 0
 
 

@@ -15,7 +15,7 @@ import json
 import time
 from pathlib import Path
 
-from rankscope.collectors.nccl_log.parsing import _parse
+from rankscope.schemas.comm_lines.parsing import _parse
 
 DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "nccl_log" / "real_lines.json"
 CHATTER = ["epoch 3 step 1200 loss 2.113"] * 4 + [

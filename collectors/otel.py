@@ -49,7 +49,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rankscope.collectors.base import JobBinding, binding_from_environ
 from rankscope.collectors.publisher import Publisher, PublisherConfig
-from rankscope.schemas.events import Event, SpanEvent
+from rankscope.redaction.source import SourceRedaction, SourceRedactionConfig
+from rankscope.schemas.envelope import new_event_id
+from rankscope.schemas.events import AgentEventEvent, Event, SpanEvent
 from rankscope.schemas.otel_mapping import (
     ATTR_CLUSTER,
     ATTR_JOB_ID,
@@ -67,7 +69,7 @@ from rankscope.schemas.otel_mapping import (
     StatusText,
     build_span_event,
 )
-from rankscope.schemas.payloads import AttrValue, SpanPhase
+from rankscope.schemas.payloads import AgentEvent, AttrValue, SpanPhase
 
 __all__ = [
     "ExporterStats",
@@ -84,6 +86,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_CLUSTER = "default"
+EXPORTER_NAME = "rankscope-otel-exporter"  # the agent field of its redaction report events
 STEP_SPAN_NAME = "train_step"  # what the simulator calls it too
 _STATUS: dict[StatusCode, StatusText] = {
     StatusCode.UNSET: "unset",
@@ -119,6 +122,11 @@ class OtelExportConfig(BaseModel):
     max_queue_size: int = Field(default=8192, ge=1)
     flush_timeout_s: float = Field(
         default=10.0, gt=0, description="Longest force_flush/shutdown waits for Kafka acks."
+    )
+    redaction: SourceRedactionConfig = Field(
+        default_factory=SourceRedactionConfig,
+        description="Redaction of span text (names, status, attributes) before producing; on "
+        "by default, redaction.enabled=False turns it off.",
     )
 
 
@@ -240,6 +248,11 @@ class KafkaSpanExporter(SpanExporter):
         )
         self._lock = threading.Lock()  # export (worker thread) vs flush (caller thread)
         self._closed = False
+        self.redaction = (
+            SourceRedaction(config.redaction, stage="exporter", origin=self.defaults.node)
+            if config.redaction.enabled
+            else None
+        )
 
     @property
     def publisher(self) -> SpanPublisher:
@@ -262,9 +275,12 @@ class KafkaSpanExporter(SpanExporter):
                 log.warning("span not exported: %s", self.stats.last_error)
         if not events:
             return SpanExportResult.SUCCESS
+        published: Sequence[Event] = events
+        if self.redaction is not None:  # fails closed inside: never raises, never passes raw
+            published = self.redaction.publishable(events, self._report, agent=EXPORTER_NAME)
         with self._lock:
             try:
-                self._publisher.publish(events)
+                self._publisher.publish(published)
             except Exception as exc:  # KafkaException, closed publisher, ...: counted, reported
                 self.stats.export_failures += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
@@ -272,6 +288,23 @@ class KafkaSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
         self.stats.spans_published += len(events)
         return SpanExportResult.SUCCESS
+
+    def _report(self, payload: AgentEvent) -> AgentEventEvent:
+        """The event carrying the exporter's redaction counts (node-level, this process's)."""
+        now = self._clock_ns()
+        d = self.defaults
+        return AgentEventEvent(
+            event_id=new_event_id(),
+            schema_id="agent_event/1",
+            kind="agent_event",
+            cluster=d.cluster,
+            node=d.node,
+            job_id=d.job_id,
+            rank=d.rank,
+            ts=now,
+            observed_ts=now,
+            payload=payload,
+        )
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         """Wait for Kafka to acknowledge what was exported; False if anything was lost."""

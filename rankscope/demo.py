@@ -136,6 +136,14 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
         path = settings.home / "reports" / f"{job_id}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(report)
+        failed = demo_checks(
+            client,
+            settings.database,
+            job_id,
+            produced,
+            bad,
+            expect_incident=any(label.outcome != "none" for label in labels),
+        )
         page = write_incident_report(client, settings.database, job_id, path.parent)
         pictures = [
             p
@@ -150,7 +158,49 @@ def run_demo(settings: Settings, opts: DemoOptions, console: Console) -> int:
             f"[bold]{page}[/]; pictures: {', '.join(str(p) for p in pictures) or 'none'}   "
             f"({time.monotonic() - t0:.1f}s in all)"
         )
-    return 0
+    for failure in failed:
+        console.print(f"[red]demo check failed:[/] {failure}")
+    return 1 if failed else 0
+
+
+def demo_checks(
+    client: Client,
+    database: str,
+    job_id: str,
+    produced: Counter[str],
+    bad: int,
+    expect_incident: bool,
+) -> list[str]:
+    """What the demo promises, checked on what was stored (empty: all held): every kind it
+    published reached its table, every malformed record became a dead letter, and an injected
+    fault became an incident. ``rankscope demo`` exits 1 when one fails."""
+    from rankscope.sinks.rows import EVENT_TABLES
+
+    tables = {kind_of(m): spec.table for m, spec in EVENT_TABLES.items()}
+    failed: list[str] = []
+    for kind, n in sorted(produced.items()):
+        if not n or kind not in tables:
+            continue
+        stored = client.query(
+            f"SELECT count() FROM {database}.{tables[kind]} FINAL WHERE job_id = %(j)s",
+            parameters={"j": job_id},
+        ).result_rows[0][0]
+        if not stored:
+            failed.append(f"none of the {n:,} {kind} events reached {database}.{tables[kind]}")
+    letters = client.query(
+        f"SELECT count() FROM {database}.deadletter FINAL "
+        "WHERE job_id = %(j)s OR (job_id = '' AND source_topic LIKE '%%.raw.%%')",
+        parameters={"j": job_id},
+    ).result_rows[0][0]
+    if letters < bad:
+        failed.append(f"{bad} malformed records injected, {letters} dead letter(s) stored")
+    incidents = client.query(
+        f"SELECT count() FROM {database}.incidents FINAL WHERE job_id = %(j)s",
+        parameters={"j": job_id},
+    ).result_rows[0][0]
+    if expect_incident and not incidents:
+        failed.append("a fault was injected but no incident was found")
+    return failed
 
 
 def _events(sim: SimulationConfig, opts: DemoOptions) -> tuple[list[Event], list[FaultLabel]]:

@@ -548,6 +548,9 @@ def write_dashboards(out: Path) -> list[Path]:
         path = out / f"{spec.uid}.json"
         path.write_text(json.dumps(build_dashboard(spec), indent=2, sort_keys=True) + "\n")
         paths.append(path)
+    from rankscope.observability.dashboard import write_health_dashboard  # Prometheus, not SQL
+
+    paths.append(write_health_dashboard(out))
     return paths
 
 

@@ -251,13 +251,32 @@ dt{color:#555}dd{margin:0}code{background:#f3f3f3;padding:0 .2em}
 """
 
 
+#: the sections of each incident, in page order: (``data-section`` name, heading). The page and
+#: the browser test (tests/test_report_pages_browser.py) both read this list.
+INCIDENT_SECTIONS: tuple[tuple[str, str], ...] = (
+    ("facts", ""),  # headed by the cause and its location
+    ("why", "Why the other ranks failed"),
+    ("timeline", "Timeline"),
+    ("evidence", "Evidence chain"),
+)
+#: the sections of the page itself, after the incidents
+JOB_SECTIONS: tuple[tuple[str, str], ...] = (("findings", "Other findings for this job"),)
+_HEADING = dict(INCIDENT_SECTIONS + JOB_SECTIONS)
+
+
 def incident_html(
     job_id: str,
     incidents: list[dict[str, Any]],
     detections: list[dict[str, Any]],
     max_symptoms: int = 40,
+    max_findings: int = 30,
 ) -> str:
-    """One self-contained HTML page (no scripts, no external assets) for a job's incidents."""
+    """One self-contained HTML page (no scripts, no external assets) for a job's incidents.
+
+    Bounded whatever the job's size: symptoms beyond ``max_symptoms`` per incident and findings
+    beyond ``max_findings`` are counted, not listed (a straggler on each of 4,096 ranks would
+    otherwise be 4,096 rows); the timeline draws the evidence chain, which the analysis caps.
+    """
     e = html.escape
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
@@ -269,17 +288,28 @@ def incident_html(
     for inc in incidents:
         view = IncidentView.from_row(inc)
         r = view.row
-        out.append(f"<h2>{e(r['cause_class'])} on {e(location(r))}</h2>")
+        out.append(f"<article data-incident='{e(str(r['incident_id']))}'>")
+        out.append(
+            f"<section data-section='facts'><h2>{e(r['cause_class'])} on {e(location(r))}</h2>"
+        )
         out.append(f"<p class='summary'>{e(r['summary'])}</p>")
         out.append("<dl>")
         for k, v in view.facts():
             out.append(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>")
-        out.append("</dl>")
-        out.append(f"<h3>Why the other ranks failed</h3><p class='why'>{e(view.why)}</p>")
-        out.append("<h3>Timeline</h3>" + timeline_svg(view))
+        out.append("</dl></section>")
+        out.append(
+            f"<section data-section='why'><h3>{_HEADING['why']}</h3>"
+            f"<p class='why'>{e(view.why)}</p></section>"
+        )
+        out.append(
+            f"<section data-section='timeline'><h3>{_HEADING['timeline']}</h3>"
+            + (timeline_svg(view) or "<p>(no evidence recorded)</p>")
+            + "</section>"
+        )
         shown, hidden = _evidence_rows(view, max_symptoms)
         out.append(
-            "<h3>Evidence chain</h3><table><tr><th>after cause</th><th>time (UTC, corrected)"
+            f"<section data-section='evidence'><h3>{_HEADING['evidence']}</h3>"
+            "<table><tr><th>after cause</th><th>time (UTC, corrected)"
             "</th><th>node</th><th>rank</th><th>role</th><th>source</th><th>what</th></tr>"
         )
         for item in shown:
@@ -295,23 +325,30 @@ def incident_html(
                 f"<tr><td colspan='7'>... and {hidden} more symptoms of the same kind "
                 "(all in the <code>incidents</code> table)</td></tr>"
             )
-        out.append("</table>")
-    if detections:
+        out.append("</table></section></article>")
+    out.append(
+        f"<section data-section='findings'><h2>{_HEADING['findings']}</h2>"
+        "<table><tr><th>onset (UTC)</th><th>type</th><th>node</th><th>rank</th>"
+        "<th>summary</th></tr>"
+    )
+    for d in detections[:max_findings]:
+        rank = d.get("rank")
         out.append(
-            "<h2>Other findings for this job</h2><table><tr><th>onset (UTC)</th>"
-            "<th>type</th><th>node</th><th>rank</th><th>summary</th></tr>"
+            f"<tr><td>{_clock(int(d['onset_ts_ns']))}</td>"
+            f"<td>{e(d['detection_type'])}"
+            f"{' (' + e(d['straggler_class']) + ')' if d.get('straggler_class') else ''}</td>"
+            f"<td>{e(d.get('node') or '')}</td>"
+            f"<td>{'' if rank is None or rank < 0 else rank}</td>"
+            f"<td>{e(d.get('summary') or '')}</td></tr>"
         )
-        for d in detections:
-            rank = d.get("rank")
-            out.append(
-                f"<tr><td>{_clock(int(d['onset_ts_ns']))}</td>"
-                f"<td>{e(d['detection_type'])}"
-                f"{' (' + e(d['straggler_class']) + ')' if d.get('straggler_class') else ''}</td>"
-                f"<td>{e(d.get('node') or '')}</td>"
-                f"<td>{'' if rank is None or rank < 0 else rank}</td>"
-                f"<td>{e(d.get('summary') or '')}</td></tr>"
-            )
-        out.append("</table>")
+    if not detections:
+        out.append("<tr><td colspan='5'>(none)</td></tr>")
+    elif len(detections) > max_findings:
+        out.append(
+            f"<tr><td colspan='5'>... and {len(detections) - max_findings} more findings "
+            "(all in the <code>detections</code> table)</td></tr>"
+        )
+    out.append("</table></section>")
     out.append(
         "<p><small>Generated by rankscope from the <code>incidents</code> and "
         "<code>detections</code> tables.</small></p></body></html>"
@@ -324,6 +361,7 @@ def incident_markdown(
     incidents: list[dict[str, Any]],
     detections: list[dict[str, Any]],
     max_symptoms: int = 40,
+    max_findings: int = 30,
 ) -> str:
     md = [f"# Incident report for job `{job_id}`", ""]
     md.append(f"{len(incidents)} incident(s), {len(detections)} detection(s); corrected times.")
@@ -332,7 +370,7 @@ def incident_markdown(
         r = view.row
         md += ["", f"## {r['cause_class']} on {location(r)}", "", f"**{r['summary']}**", ""]
         md += [f"- **{k}:** {v}" for k, v in view.facts()]
-        md += ["", "### Why the other ranks failed", "", view.why, "", "### Evidence chain", ""]
+        md += ["", f"### {_HEADING['why']}", "", view.why, "", f"### {_HEADING['evidence']}", ""]
         md += ["| after cause | node | rank | role | what |", "|---|---|---|---|---|"]
         shown, hidden = _evidence_rows(view, max_symptoms)
         for item in shown:
@@ -345,9 +383,11 @@ def incident_markdown(
         if hidden:
             md.append(f"| | | | | ... and {hidden} more symptoms |")
     if detections:
-        md += ["", "## Other findings for this job", ""]
-        for d in detections:
+        md += ["", f"## {_HEADING['findings']}", ""]
+        for d in detections[:max_findings]:
             md.append(f"- {d['detection_type']} {d.get('node') or ''}: {d.get('summary') or ''}")
+        if len(detections) > max_findings:
+            md.append(f"- ... and {len(detections) - max_findings} more findings")
     return "\n".join(md) + "\n"
 
 
@@ -370,9 +410,18 @@ def job_rows(
 def write_incident_report(client: Client, database: str, job_id: str, out_dir: Path) -> Path:
     """Write ``<job>.incidents.html`` and ``.md`` under ``out_dir``; returns the HTML path."""
     incidents, detections = job_rows(client, database, job_id)
+    return write_report_files(job_id, incidents, detections, out_dir)
+
+
+def write_report_files(
+    job_id: str, incidents: list[dict[str, Any]], detections: list[dict[str, Any]], out_dir: Path
+) -> Path:
+    """The files of ``write_incident_report`` from rows already read (tests write them too)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in job_id)
     html_path = out_dir / f"{safe}.incidents.html"
-    html_path.write_text(incident_html(job_id, incidents, detections))
-    (out_dir / f"{safe}.incidents.md").write_text(incident_markdown(job_id, incidents, detections))
+    html_path.write_text(incident_html(job_id, incidents, detections), encoding="utf-8")
+    (out_dir / f"{safe}.incidents.md").write_text(
+        incident_markdown(job_id, incidents, detections), encoding="utf-8"
+    )
     return html_path

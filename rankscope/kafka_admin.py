@@ -9,20 +9,9 @@ from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicP
 from confluent_kafka.admin import AdminClient
 
 from rankscope.kafka_security import KafkaSecurity, kafka_config
-from rankscope.schemas.topics import Topics
-from rankscope.services.kafka import ensure_topics
+from rankscope.kafka_topics import create_topics
+from rankscope.schemas.topics import Topics, topic_specs
 from rankscope.streams.recovery.replay import read_partition
-
-TOPIC_CONFIG = {
-    # Let oversized records reach the validate stage, which dead-letters them with a reason
-    # instead of the producer getting an opaque broker error.
-    "max.message.bytes": str(8 * 1024 * 1024),
-}
-
-
-#: a partition's newest snapshot must outlive its quietest stretch; a week covers the analysis'
-#: own retention (an hour) with margin
-STATE_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
 def create_pipeline_topics(
@@ -32,50 +21,12 @@ def create_pipeline_topics(
     timeout_s: float = 30.0,
     security: KafkaSecurity | None = None,
 ) -> None:
-    """Create every topic of the pipeline (idempotent) and wait until metadata shows them.
+    """Create every topic of the pipeline as the table in ``rankscope.schemas.topics`` says
+    (existing ones are left alone) and wait until metadata shows them.
 
-    Raw topics stamp records with the broker's append time. The recovery decider's topics get
-    one partition (one decider sees the fleet, in order);
-    the operators' commands are compacted, so the latest pause or resume is kept for good."""
-    single = (topics.recovery_input, topics.recovery_control)
-    raw = topics.all_raw
-    many = [t for t in topics.all if t not in (*single, *raw, topics.worker_state)]
-    ensure_topics(
-        bootstrap, many, partitions, config=TOPIC_CONFIG, timeout_s=timeout_s, security=security
-    )
-    # Raw topics take the broker's clock as the record time: the validate stage judges event
-    # times against it, and a producer's own CreateTime would let it vouch for its own events.
-    ensure_topics(
-        bootstrap,
-        raw,
-        partitions,
-        config={**TOPIC_CONFIG, "message.timestamp.type": "LogAppendTime"},
-        timeout_s=timeout_s,
-        security=security,
-    )
-    # one partition per events partition (a snapshot goes to its partition's number); only the
-    # newest snapshot is read, older ones age out
-    ensure_topics(
-        bootstrap,
-        {topics.worker_state: partitions},
-        config={**TOPIC_CONFIG, "retention.ms": str(STATE_RETENTION_MS)},
-        timeout_s=timeout_s,
-        security=security,
-    )
-    ensure_topics(
-        bootstrap,
-        {topics.recovery_input: 1},
-        config=TOPIC_CONFIG,
-        timeout_s=timeout_s,
-        security=security,
-    )
-    ensure_topics(
-        bootstrap,
-        {topics.recovery_control: 1},
-        config={**TOPIC_CONFIG, "cleanup.policy": "compact"},
-        timeout_s=timeout_s,
-        security=security,
-    )
+    The local services, the tests and `rankscope kafka-acls --create-topics` call this; the
+    operator's `rankscope topics create` reads the same table with more options."""
+    create_topics(bootstrap, topic_specs(topics, partitions), timeout_s, security)
 
 
 #: coordinator moving or loading (normal right after a broker or group starts)

@@ -1,12 +1,16 @@
 """Pictures of a job from the named SQL library: the per-rank heatmap and the incident timeline.
 
-The same queries as the Grafana panels (``rank_heatmap_buckets``, ``incident_timeline``), drawn with
+The same queries as the Grafana panels (``rank_heatmap``, ``incident_timeline``), drawn with
 matplotlib into PNG files that the demo writes next to its report, so a person sees the
-picture without a Grafana server.
+picture without a Grafana server. Both stay bounded in pixels whatever the job's size: past
+``MAX_HEATMAP_ROWS`` ranks a heatmap row is the worst (max) of a block of ranks, so a straggler
+still shows; past ``MAX_TIMELINE_LANES`` lanes the timeline has one lane per role.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,9 @@ from clickhouse_connect.driver.client import Client
 
 from rankscope.sinks.named_queries import run_query
 
+MAX_HEATMAP_ROWS = 256
+MAX_TIMELINE_LANES = 40
+
 _ROLE_STYLE = {
     "cause": ("#d1242f", "o", 90),
     "precursor": ("#bf8700", "D", 50),
@@ -26,48 +33,38 @@ _ROLE_STYLE = {
 }
 
 
-#: the heatmap PNG's size (inches at ``HEATMAP_DPI``): fixed, whatever the job size
-HEATMAP_SIZE_IN, HEATMAP_DPI = (10.0, 6.0), 110
-#: the most rows: ranks are folded into runs (``rank_heatmap_buckets``), as in Grafana
-HEATMAP_ROWS = 64
+def heatmap_png(client: Client, database: str, job_id: str, path: Path) -> Path | None:
+    """Step time per rank and event-time window; None when the job has no windows."""
+    rows = list(run_query(client, "rank_heatmap", database, {"job_id": job_id}).named_results())
+    return draw_heatmap(rows, job_id, path) if rows else None
 
 
-def heatmap_grid(rows: list[dict[str, Any]]) -> tuple[list[Any], list[str], list[list[float]]]:
-    """(window starts, run labels, grid[run][window]) from ``rank_heatmap_buckets`` rows."""
-    starts = sorted({r["time"] for r in rows})
-    runs = sorted({(int(r["bucket"]), str(r["ranks"])) for r in rows})
+def draw_heatmap(rows: list[dict[str, Any]], job_id: str, path: Path) -> Path:
+    """The rows of ``rank_heatmap`` as a PNG; ranks in blocks of ``block`` past 256 rows."""
+    starts = sorted({r["window_start"] for r in rows})
+    ranks = sorted({int(r["rank"]) for r in rows})
+    block = -(-len(ranks) // MAX_HEATMAP_ROWS)  # ranks per picture row (1 up to 256 ranks)
     col = {s: i for i, s in enumerate(starts)}
-    row = {bucket: i for i, (bucket, _) in enumerate(runs)}
-    grid: list[list[float]] = [[float("nan")] * len(starts) for _ in runs]
+    row = {r: i // block for i, r in enumerate(ranks)}
+    n_rows = row[ranks[-1]] + 1
+    grid: list[list[float]] = [[float("nan")] * len(starts) for _ in range(n_rows)]
     for r in rows:
         if r["value"] is not None:
-            grid[row[int(r["bucket"])]][col[r["time"]]] = float(r["value"])
-    return starts, [label for _, label in runs], grid
-
-
-def heatmap_png(client: Client, database: str, job_id: str, path: Path) -> Path | None:
-    """Step time per run of ranks (the worst rank of each) and window; None when the job has no
-    windows. At most ``HEATMAP_ROWS`` rows in a fixed-size image: a 4,096-rank job once made a
-    picture 112,805 px high, one row per rank."""
-    params = {"job_id": job_id, "buckets": str(HEATMAP_ROWS)}
-    rows = list(run_query(client, "rank_heatmap_buckets", database, params).named_results())
-    if not rows:
-        return None
-    starts, labels, grid = heatmap_grid(rows)
+            i, j = row[int(r["rank"])], col[r["window_start"]]
+            value = float(r["value"])
+            grid[i][j] = value if math.isnan(grid[i][j]) else max(grid[i][j], value)
     t0 = starts[0]
-    fig, ax = plt.subplots(figsize=HEATMAP_SIZE_IN, dpi=HEATMAP_DPI)
-    extent = (0, (starts[-1] - t0).total_seconds() + 5, len(labels) - 0.5, -0.5)
+    fig, ax = plt.subplots(figsize=(10, max(3.0, 0.25 * min(n_rows, 40) + 1.5)), dpi=110)
+    extent = (0, (starts[-1] - t0).total_seconds() + 5, ranks[-1] + 0.5, ranks[0] - 0.5)
     img = ax.imshow(grid, aspect="auto", cmap="viridis", extent=extent, interpolation="nearest")
-    fig.colorbar(img, ax=ax, label="mean step time, worst rank of the run (s)")
-    step = max(1, len(labels) // 16)  # at most ~16 tick labels
-    ticks = list(range(0, len(labels), step))
-    ax.set_yticks(ticks, [labels[i] for i in ticks], fontsize=7)
+    label = "mean step time (s)" + (f", worst of each {block} ranks" if block > 1 else "")
+    fig.colorbar(img, ax=ax, label=label)
     ax.set_xlabel(f"seconds since {t0:%H:%M:%S} UTC (5 s windows)")
-    ax.set_ylabel("rank" if labels[0].startswith("rank ") else "runs of adjacent ranks")
+    ax.set_ylabel("rank")
     ax.set_title(f"{job_id}: step time per rank and window")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=HEATMAP_DPI)
+    fig.savefig(path)
     plt.close(fig)
     return path
 
@@ -77,16 +74,20 @@ def timeline_png(client: Client, database: str, job_id: str, path: Path) -> Path
     rows = list(
         run_query(client, "incident_timeline", database, {"job_id": job_id}).named_results()
     )
-    if not rows:
-        return None
-    lanes = _lanes(rows)
+    return draw_timeline(rows, job_id, path) if rows else None
+
+
+def draw_timeline(rows: list[dict[str, Any]], job_id: str, path: Path) -> Path:
+    """The rows of ``incident_timeline`` as a PNG: a lane per node and rank, or per role."""
+    lane = _lane if len({_lane(r) for r in rows}) <= MAX_TIMELINE_LANES else _role_lane
+    lanes = _lanes(rows, lane)
     fig, ax = plt.subplots(figsize=(10, max(3.0, 0.3 * len(lanes) + 1.5)), dpi=110)
     for role, (color, marker, size) in _ROLE_STYLE.items():
         pts = [r for r in rows if r["role"] == role]
         if pts:
             ax.scatter(
                 [float(r["offset_s"]) for r in pts],
-                [lanes[_lane(r)] for r in pts],
+                [lanes[lane(r)] for r in pts],
                 c=color,
                 marker=marker,
                 s=size,
@@ -97,7 +98,7 @@ def timeline_png(client: Client, database: str, job_id: str, path: Path) -> Path
     if cause is not None:
         ax.annotate(
             str(cause["what"])[:70],
-            (float(cause["offset_s"]), lanes[_lane(cause)]),
+            (float(cause["offset_s"]), lanes[lane(cause)]),
             xytext=(8, 8),
             textcoords="offset points",
             fontsize=8,
@@ -121,6 +122,13 @@ def _lane(r: dict[str, Any]) -> str:
     return f"{r['node']} rank {r['rank']}" if r["rank"] is not None else f"{r['node']} (node)"
 
 
-def _lanes(rows: list[dict[str, Any]]) -> dict[str, int]:
-    order = sorted({_lane(r) for r in rows}, key=lambda s: (s.split(" ")[0], len(s), s))
+def _role_lane(r: dict[str, Any]) -> str:
+    return str(r["role"])
+
+
+def _lanes(rows: list[dict[str, Any]], lane: Callable[[dict[str, Any]], str]) -> dict[str, int]:
+    present = {lane(r) for r in rows}
+    if lane is _role_lane:
+        return {role: i for i, role in enumerate(x for x in _ROLE_STYLE if x in present)}
+    order = sorted(present, key=lambda s: (s.split(" ")[0], len(s), s))
     return {name: i for i, name in enumerate(order)}

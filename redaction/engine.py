@@ -31,6 +31,7 @@ from presidio_anonymizer.entities import RecognizerResult as AnonymizerResult
 from regex._main import Pattern
 
 from rankscope.redaction.keys import hash_token
+from rankscope.redaction.pii import load_regions, valid_ip_address, valid_national_phone
 from rankscope.redaction.placeholders import (
     is_generated_value,
     is_password_value,
@@ -94,9 +95,14 @@ class RuleRecognizer(EntityRecognizer):
     raise instead of skipping the pattern: a skipped pattern would let the text through raw.
     """
 
-    def __init__(self, spec: RecognizerSpec, timeout_s: float) -> None:
+    def __init__(
+        self, spec: RecognizerSpec, timeout_s: float, phone_regions: tuple[str, ...] = ()
+    ) -> None:
         self.spec = spec
         self.timeout_s = timeout_s
+        self.phone_regions = phone_regions  # for validator: phone_national
+        if spec.validator == "phone_national":
+            load_regions(phone_regions)  # at start, not on the first record
         self._patterns = [(p, p.compiled()) for p in spec.patterns]
         self._context = (
             regex.compile("|".join(regex.escape(w) for w in spec.context), regex.IGNORECASE)
@@ -121,6 +127,12 @@ class RuleRecognizer(EntityRecognizer):
                 if spec.validator == "mixed_charset" and not _mixed_charset(text[start:end]):
                     continue
                 if spec.validator == "luhn" and not _luhn(text[start:end]):
+                    continue
+                if spec.validator == "phone_national" and not valid_national_phone(
+                    text[start:end], self.phone_regions
+                ):
+                    continue
+                if spec.validator == "ip_address" and not valid_ip_address(text[start:end]):
                     continue
                 score = pattern.score
                 near_miss = not _VALUE_CHECKS.get(spec.validator, _any_value)(text[start:end])
@@ -199,6 +211,22 @@ def _drop_shadowed(findings: list[Finding]) -> list[Finding]:
     return keep
 
 
+#: the allow rule naming the tokens an earlier redaction wrote (rules.yaml)
+PLACEHOLDER_ALLOW_RULE = "redaction_placeholder"
+
+
+def _neutral(text: str, spans: list[tuple[int, int]]) -> str:
+    """``text`` with each span turned into ``[xxxx]`` of its length (offsets unchanged)."""
+    parts = []
+    at = 0
+    for start, end in spans:
+        parts.append(text[at:start])
+        parts.append("[" + "x" * (end - start - 2) + "]")
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
+
+
 def _luhn(value: str) -> bool:
     digits = [int(c) for c in value if c.isdigit()]
     total = 0
@@ -265,8 +293,9 @@ class PresidioRedactor:
             raise ValueError("the rules hash some entities: a redaction key is required")
         self._key = key or b""
         timeout_s = rules.settings.regex_timeout_ms / 1000
+        regions = tuple(rules.settings.phone_regions)
         recognizers: list[EntityRecognizer] = [
-            RuleRecognizer(r, timeout_s) if r.patterns else _presidio_recognizer(r)
+            RuleRecognizer(r, timeout_s, regions) if r.patterns else _presidio_recognizer(r)
             for r in rules.recognizers
         ]
         nlp_engine, nlp_recognizers = _nlp_engine(rules)
@@ -292,6 +321,9 @@ class PresidioRedactor:
         self._min_score = {name: e.min_score for name, e in rules.entities.items()}
         self._action = {name: e.action for name, e in rules.entities.items()}
         self._allow = [(a, a.compiled()) for a in rules.allow]
+        self._placeholder = next(
+            (rx for a, rx in self._allow if a.name == PLACEHOLDER_ALLOW_RULE), None
+        )
         self._operators = {name: self._operator(name) for name in rules.entities}
         self._budget_s = rules.settings.field_budget_ms / 1000
         # the pre-filter: lower-case keywords (substring tests) and one regex of triggers
@@ -340,17 +372,22 @@ class PresidioRedactor:
         nlp_artifacts: NlpArtifacts | None = None,
         entities: list[str] | None = None,
     ) -> tuple[list[Finding], list[tuple[str, str]]]:
-        """``analyze``, and the (entity, rule) of each value a rule declined (a near-miss)."""
-        results = self.analyzer.analyze(
-            text,
-            language=self.language,
-            entities=entities,
-            score_threshold=0.0,
-            nlp_artifacts=nlp_artifacts,
-        )
+        """``analyze``, and the (entity, rule) of each value a rule declined (a near-miss).
+
+        Tokens of an earlier redaction (``[API_TOKEN]``, ``[EMAIL_ADDRESS:9ef9...]``: the
+        ``redaction_placeholder`` allow rule) are analysed as ``[xxxx]`` of the same length and
+        no result touching one is kept: their words (TOKEN, SECRET, PASSWORD) would otherwise
+        act as key words for the text after them, and a rule could match across one, so a value
+        redacted at the source would be redacted again, differently, by the stream stage.
+        """
+        spans = self._placeholder_spans(text)
+        analysed = _neutral(text, spans) if spans else text
+        results = self.recognize(analysed, nlp_artifacts, entities)
         near: list[tuple[str, str]] = []
         kept: list[RecognizerResult] = []
         for r in results:
+            if spans and any(r.start < e and s < r.end for s, e in spans):
+                continue
             meta = r.recognition_metadata or {}
             if meta.get(NEAR_MISS_KEY):
                 near.append((r.entity_type, str(meta.get(RecognizerResult.RECOGNIZER_NAME_KEY))))
@@ -360,6 +397,27 @@ class PresidioRedactor:
         if near and findings:  # a declined value inside a finding is part of that finding
             near = [n for n in near if not any(f.entity == n[0] for f in findings)]
         return findings, near
+
+    def _placeholder_spans(self, text: str) -> list[tuple[int, int]]:
+        if self._placeholder is None or "[" not in text:
+            return []
+        return [m.span() for m in self._placeholder.finditer(text)]
+
+    def recognize(
+        self,
+        text: str,
+        nlp_artifacts: NlpArtifacts | None = None,
+        entities: list[str] | None = None,
+    ) -> list[RecognizerResult]:
+        """The recognizers' raw results (near-misses included), before our thresholds."""
+        results: list[RecognizerResult] = self.analyzer.analyze(
+            text,
+            language=self.language,
+            entities=entities,
+            score_threshold=0.0,
+            nlp_artifacts=nlp_artifacts,
+        )
+        return results
 
     def _findings(self, text: str, results: Iterable[RecognizerResult]) -> list[Finding]:
         kept = [r for r in results if r.score >= self._min_score.get(r.entity_type, 1.1)]

@@ -243,14 +243,41 @@ h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid
 table{border-collapse:collapse;width:100%;margin:.5rem 0}
 th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
 th{background:#f6f8fa}
-td.mono{font-family:ui-monospace,monospace;font-size:12px;white-space:pre-wrap;word-break:break-all}
+td.mono{font-family:ui-monospace,monospace;font-size:12px;white-space:pre-wrap;word-break:break-all;
+min-width:22ch}
+td.wrap{overflow-wrap:anywhere;min-width:20ch}
 .PASS{background:#dafbe1}.FAIL{background:#ffebe9}
 .badge{padding:2px 8px;border-radius:4px;font-weight:600}
 .loosened{background:#fff8c5}.removed{background:#ffebe9}.added,.tightened{background:#dafbe1}
 code{font-family:ui-monospace,monospace}
 """
 
-_MONO_COLUMNS = {("recognizers", 4), ("allow", 1)}
+#: every section the page can have, in page order (``data-section`` names); "kinds" and
+#: "syntaxes" need a corpus with labels, "changes" needs ``since`` (see ``review_sections``)
+REVIEW_SECTIONS: tuple[str, ...] = (
+    "gates",
+    "entities",
+    "kinds",
+    "syntaxes",
+    "recognizers",
+    "allow",
+    "changes",
+    "fields",
+    "fail_closed",
+    "benign",
+)
+
+
+def review_sections(ev: Evaluation, since: str | None) -> list[str]:
+    """The sections this evaluation's page has, in page order."""
+    skip = set() if since else {"changes"}
+    if not (ev.by_label or ev.by_syntax):
+        skip |= {"kinds", "syntaxes"}
+    return [name for name in REVIEW_SECTIONS if name not in skip]
+
+
+_MONO_COLUMNS = {("recognizers", 4), ("recognizers", 6), ("allow", 1)}
+_WRAP_COLUMNS = {("recognizers", 3)}  # prose that quotes long tokens (addresses, versions)
 _TWO_PART_KEYS = {"fields", "changes"}  # a row is named by its first two cells
 
 
@@ -263,6 +290,8 @@ def _html_table(name: str, rows: list[list[str]]) -> str:
             cls = ""
             if (name, i) in _MONO_COLUMNS:
                 cls = "mono"
+            elif (name, i) in _WRAP_COLUMNS:
+                cls = "wrap"
             elif v in ("PASS", "FAIL", "loosened", "removed", "added", "tightened"):
                 cls = v
             cells.append(
@@ -273,9 +302,9 @@ def _html_table(name: str, rows: list[list[str]]) -> str:
     if not rows:
         body.append(f'<tr><td colspan="{len(_HEADERS[name])}">(none)</td></tr>')
     return (
-        f'<h2 id="{name}">{html.escape(_TITLES[name])}</h2>'
+        f'<section data-section="{name}"><h2 id="{name}">{html.escape(_TITLES[name])}</h2>'
         f'<table id="table-{name}"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(body)}</tbody></table>"
+        f"<tbody>{''.join(body)}</tbody></table></section>"
     )
 
 
@@ -301,11 +330,7 @@ def write_review(
     out_dir.mkdir(parents=True, exist_ok=True)
     policy = FieldPolicy(rules)
     tables = _rows(rules, ev, policy, changes)
-    order = ["gates", "entities", "recognizers", "allow", "fields", "fail_closed"]
-    if ev.by_label or ev.by_syntax:
-        order[2:2] = ["kinds", "syntaxes"]
-    if since:
-        order.insert(4, "changes")
+    order = [name for name in review_sections(ev, since) if name != "benign"]
     verdict = "PASS" if ev.passed else "FAIL"
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     by_id = {i.id: i for i in corpus}
@@ -344,6 +369,7 @@ def write_review(
         html_parts.append(_html_table(name, tables[name]))
         md_parts += ["", _md_table(name, tables[name])]
     flagged_rows = [[i.id, i.kind, i.field, i.text[:400]] for i in flagged]
+    html_parts.append('<section data-section="benign">')
     html_parts.append("<h2 id=benign>Benign look-alikes that were flagged</h2>")
     html_parts.append(
         "<table><thead><tr><th>id</th><th>kind</th><th>field</th><th>text</th></tr></thead><tbody>"
@@ -352,7 +378,7 @@ def write_review(
             for r in flagged_rows
         )
         + ("" if flagged_rows else "<tr><td colspan=4>(none)</td></tr>")
-        + "</tbody></table>"
+        + "</tbody></table></section>"
     )
     md_parts += ["", "## Benign look-alikes that were flagged", ""]
     md_parts += [f"- `{r[0]}` ({r[1]}.{r[2]}): `{r[3]}`" for r in flagged_rows] or ["(none)"]

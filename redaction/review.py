@@ -96,6 +96,7 @@ class GroupMetrics:
     flagged: int = 0
     missed: list[str] = field(default_factory=list)
     flagged_ids: list[str] = field(default_factory=list)
+    entities: list[str] = field(default_factory=list)  # of the labelled spans, for the gate
 
     @property
     def recall(self) -> float | None:
@@ -265,14 +266,13 @@ def evaluate(redactor: PresidioRedactor, corpus: list[CorpusItem]) -> Evaluation
             "false_positive_rate",
         )
     )
-    # a corpus with credential kinds and syntaxes is gated per kind and per syntax too
-    credential_recall = rules.thresholds.recall.get("credential")
+    # a corpus with kinds and syntaxes is gated per kind and per syntax too, each group at the
+    # strictest recall threshold of the entities labelled in it (a phone region at PHONE_NUMBER's)
     for what, by in (("kind", ev.by_label), ("syntax", ev.by_syntax)):
         for grp in by.values():
-            if grp.secrets and credential_recall is not None:
-                ev.gates.append(
-                    Gate(f"recall {what} {grp.name}", credential_recall, grp.recall, "recall")
-                )
+            at_least = _recall_threshold(rules, grp.entities)
+            if grp.secrets and at_least is not None:
+                ev.gates.append(Gate(f"recall {what} {grp.name}", at_least, grp.recall, "recall"))
             if grp.benign:
                 ev.gates.append(
                     Gate(
@@ -283,6 +283,18 @@ def evaluate(redactor: PresidioRedactor, corpus: list[CorpusItem]) -> Evaluation
                     )
                 )
     return ev
+
+
+def _recall_threshold(rules: RuleSet, entities: list[str]) -> float | None:
+    found = []
+    for name in entities:
+        spec = rules.entities.get(name)
+        t = rules.thresholds.recall.get(name)
+        if t is None and spec is not None:
+            t = rules.thresholds.recall.get(spec.group)
+        if t is not None:
+            found.append(t)
+    return max(found) if found else None
 
 
 def _count_group(
@@ -298,6 +310,7 @@ def _count_group(
             g.flagged_ids.append(item.id)
         return
     g.secrets += 1
+    g.entities.extend(e for e in {s.entity for s in item.spans} if e not in g.entities)
     if all(
         _covered(s.start, s.end, [f for f in findings if f.entity == s.entity]) for s in item.spans
     ):

@@ -13,7 +13,7 @@ from typing import Literal
 
 import regex
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from regex._main import Pattern
 
 DEFAULT_RULES_PATH = Path(__file__).with_name("rules.yaml")
@@ -29,6 +29,8 @@ Validator = Literal[
     "secret_value",
     "password_value",
     "generated_value",
+    "phone_national",
+    "ip_address",
 ]
 
 
@@ -170,7 +172,23 @@ class Settings(_Strict):
         "own recognizers skip a timed-out pattern silently, which would fail open.",
     )
     cache_entries_per_field: int = Field(default=20_000, ge=0)
+    phone_regions: list[str] = Field(
+        default_factory=lambda: ["US", "GB", "IN"],
+        description="ISO 3166 regions whose national phone formats (no +CC) are recognised: a "
+        "national number only parses with a region. Order is the order tried.",
+    )
     audit_window_s: int = Field(default=60, gt=0)
+
+    @field_validator("phone_regions")
+    @classmethod
+    def _known_regions(cls, regions: list[str]) -> list[str]:
+        import phonenumbers
+
+        out = ["GB" if r.upper() == "UK" else r.upper() for r in regions]  # people say UK
+        unknown = [r for r in out if r not in phonenumbers.SUPPORTED_REGIONS]
+        if unknown:
+            raise ValueError(f"settings.phone_regions: unknown regions {unknown}")
+        return out
 
 
 class Thresholds(_Strict):

@@ -20,7 +20,8 @@ from typing import Any
 from rankscope.redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
 from rankscope.redaction.policy import FieldPolicy, FieldRule
 from rankscope.redaction.rules import RuleSet
-from rankscope.schemas.derived import QuarantinedEvent, RedactionAudit
+from rankscope.redaction.source_audit import audit_rows, parse_report
+from rankscope.schemas.derived import QuarantinedEvent, RedactionAudit, RedactionStageName
 from rankscope.schemas.events import Event, dump_event
 
 DROPPED = "[DROPPED]"
@@ -67,8 +68,14 @@ _Slot = tuple[FieldRule, str | None, str]
 
 class RedactionStage:
     def __init__(
-        self, rules: RuleSet, key: bytes | None, redactor: PresidioRedactor | None = None
+        self,
+        rules: RuleSet,
+        key: bytes | None,
+        redactor: PresidioRedactor | None = None,
+        *,
+        stage: RedactionStageName = "stream",
     ) -> None:
+        self.stage = stage  # written on every audit row: where the findings were made
         self.rules = rules
         self.version = rules.version
         self.policy = FieldPolicy(rules)
@@ -153,6 +160,8 @@ class RedactionStage:
             for rule, key, value in slots:
                 path = rule.path if key is None or rule.key is not None else f"{rule.path}.{key}"
                 if rule.action == "drop":
+                    if value == DROPPED:  # dropped before publishing: counted where it was
+                        continue
                     changes.append((rule, key, DROPPED))
                     stats.values_dropped += 1
                     dims = (window, ev.cluster, ev.job_id, ev.kind, path, "", "field_policy")
@@ -182,11 +191,29 @@ class RedactionStage:
                 audit[(*dims, "quarantine")] += 1
                 continue
             out.events.append(_apply(ev, changes) if changes else ev)
+        if self.stage == "stream":  # what producers redacted before publishing, by stage
+            for i, ev in enumerate(events):
+                report = parse_report(ev)
+                if report is not None:
+                    out.audit.extend(audit_rows(ev, report, record, i))
         for (window, cluster, job, kind, path, entity, rule_name, action), n in audit.items():
             out.audit.append(
                 RedactionAudit(
                     audit_id=RedactionAudit.make_id(
                         record, str(window), cluster, job, kind, path, entity, rule_name, action
+                    )
+                    if self.stage == "stream"  # (ids of rows written before stages existed)
+                    else RedactionAudit.make_id(
+                        record,
+                        str(window),
+                        cluster,
+                        job,
+                        kind,
+                        path,
+                        entity,
+                        rule_name,
+                        action,
+                        self.stage,
                     ),
                     window_start_ns=window,
                     cluster=cluster,
@@ -198,6 +225,7 @@ class RedactionStage:
                     action=action,
                     count=n,
                     rules_version=self.version,
+                    stage=self.stage,
                 )
             )
         return out

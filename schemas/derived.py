@@ -225,6 +225,9 @@ class QuarantinedEvent(BaseModel):
     event_json: str
 
 
+RedactionStageName = Literal["agent", "exporter", "stream"]
+
+
 class RedactionAudit(BaseModel):
     """How many findings one raw record produced, per window, kind, field, entity and rule.
 
@@ -245,6 +248,9 @@ class RedactionAudit(BaseModel):
     action: str
     count: int = Field(ge=1)
     rules_version: str
+    #: where the finding was made: the node agent, the in-process OTel exporter (both before
+    #: publishing) or the stream worker (the second line)
+    stage: RedactionStageName = "stream"
 
     @staticmethod
     def make_id(record: str, *dims: str) -> str:

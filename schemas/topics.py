@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 DEFAULT_PREFIX = "rankscope"
 #: the OpenTelemetry Collector kafkaexporter's default topics (``traces::topic``,
 #: ``logs::topic``): a Collector pointed at the broker with no topic set writes here. Not under
@@ -157,6 +159,162 @@ class Topics:
             self.recovery_input,
             self.recovery_control,
         ]
+
+
+#: Raw topics hold unredacted text (command lines, tracebacks) until the stream stage redacts it:
+#: a week is long enough to replay after an outage or re-run an incident review, short enough to
+#: bound how long a leaked secret stays readable (docs/decisions.md, "Raw retention")
+RAW_RETENTION_MS = 7 * 24 * 3600 * 1000
+#: a partition's newest analysis snapshot must outlive its quietest stretch; a week covers the
+#: analysis' own retention (an hour) with margin
+STATE_RETENTION_MS = 7 * 24 * 3600 * 1000
+#: records up to this size reach the validate stage, which dead-letters oversized ones with a
+#: reason instead of the producer getting an opaque broker error
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+#: the topic configs a :class:`TopicSpec` manages; any other key is the cluster's business
+MANAGED_CONFIGS = (
+    "cleanup.policy",
+    "retention.ms",
+    "message.timestamp.type",
+    "min.insync.replicas",
+    "max.message.bytes",
+)
+
+TopicRole = Literal["raw", "derived", "internal"]
+
+
+class TopicSpec(BaseModel):
+    """What one topic of a deployment must look like on the cluster: the single table that topic
+    creation, `rankscope topics check`, compose and the docs read (issue 18).
+
+    ``None`` leaves a setting to the cluster's default; every other value is set on the topic.
+    Config names and values are Kafka's topic configs (kafka.apache.org, "Topic Configs").
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    #: raw: written by collectors, unredacted; derived: written by the worker for the sink;
+    #: internal: read back by the worker itself (events, state, recovery)
+    role: TopicRole
+    partitions: int = Field(ge=1)
+    #: None: the cluster's default.replication.factor
+    replication_factor: int | None = Field(default=None, ge=1)
+    cleanup_policy: Literal["delete", "compact"] = "delete"
+    #: None: the broker's log.retention.* default
+    retention_ms: int | None = Field(default=None, ge=-1)
+    timestamp_type: Literal["CreateTime", "LogAppendTime"] = "CreateTime"
+    min_insync_replicas: int | None = Field(default=None, ge=1)
+    max_message_bytes: int | None = Field(default=MAX_MESSAGE_BYTES, ge=1)
+    why: str
+
+    def configs(self) -> dict[str, str | None]:
+        """Each managed config key -> the value to set, or None (left to the broker)."""
+        return {
+            "cleanup.policy": self.cleanup_policy,
+            "retention.ms": None if self.retention_ms is None else str(self.retention_ms),
+            "message.timestamp.type": self.timestamp_type,
+            "min.insync.replicas": _opt(self.min_insync_replicas),
+            "max.message.bytes": _opt(self.max_message_bytes),
+        }
+
+    def topic_config(self) -> dict[str, str]:
+        """The configs a new topic is created with (keys left to the broker omitted)."""
+        return {k: v for k, v in self.configs().items() if v is not None}
+
+
+def _opt(value: int | None) -> str | None:
+    return None if value is None else str(value)
+
+
+def topic_specs(
+    topics: Topics,
+    partitions: int = 4,
+    replication_factor: int | None = None,
+    raw_retention_ms: int = RAW_RETENTION_MS,
+) -> list[TopicSpec]:
+    """Every topic of the deployment ``topics`` names, in :attr:`Topics.all` order.
+
+    ``partitions`` is the parallelism of the keyed topics; the recovery decider's two topics
+    always have one. With ``replication_factor`` 3 or more, ``min.insync.replicas`` is 2: the
+    producers are idempotent (acks=all), so a write survives one broker lost without stopping
+    writes while one broker is down.
+    """
+    isr = 2 if replication_factor is not None and replication_factor >= 3 else None
+    common = {"replication_factor": replication_factor, "min_insync_replicas": isr}
+    why: dict[str, str] = {
+        topics.events: "validated, redacted events: what every derived stage and the sink read",
+        topics.windows: "closed event-time windows per rank, for the sink",
+        topics.late: "events that arrived after their window closed, kept for the record",
+        topics.detections: "findings of the analysis (stragglers, hangs, faults), for the sink",
+        topics.incidents: "root-cause incidents, for the sink",
+        topics.deadletter: "records refused by validation, with a reason, never their content",
+        topics.quarantine: "events redaction could not redact, free text removed",
+        topics.redaction_audit: "counts of what redaction found (never values)",
+        topics.recovery: "recovery decisions and their outcomes, keyed by job",
+    }
+    specs: list[TopicSpec] = []
+    for name in topics.all_raw:
+        signal = topics.otlp_signal(name)
+        specs.append(
+            TopicSpec(
+                name=name,
+                role="raw",
+                partitions=partitions,
+                retention_ms=raw_retention_ms,
+                # the broker's clock as record time: the validate stage judges event times
+                # against it, and a producer's CreateTime would let it vouch for its own events
+                timestamp_type="LogAppendTime",
+                why=(
+                    f"OTLP {signal} from an OpenTelemetry Collector; unredacted until the worker"
+                    if signal
+                    else "every collector event, keyed by job; unredacted until the worker"
+                ),
+                **common,
+            )
+        )
+    internal = {topics.events, topics.recovery}
+    for name in [topics.events, *topics.worker_outputs, topics.recovery]:
+        specs.append(
+            TopicSpec(
+                name=name,
+                role="internal" if name in internal else "derived",
+                partitions=partitions,
+                why=why[name],
+                **common,
+            )
+        )
+    specs.append(
+        TopicSpec(
+            name=topics.worker_state,
+            role="internal",
+            partitions=partitions,  # one per events partition: a snapshot goes to its number
+            retention_ms=STATE_RETENTION_MS,
+            why="snapshots of the analysis state per events partition; only the newest is read",
+            **common,
+        )
+    )
+    specs.append(
+        TopicSpec(
+            name=topics.recovery_input,
+            role="internal",
+            partitions=1,
+            why="the decider's input: one partition, so one decider sees the fleet in order",
+            **common,
+        )
+    )
+    specs.append(
+        TopicSpec(
+            name=topics.recovery_control,
+            role="internal",
+            partitions=1,
+            cleanup_policy="compact",
+            why="operators' pause/resume: compacted, so the latest command is kept for good",
+            **common,
+        )
+    )
+    order = {name: i for i, name in enumerate(topics.all)}
+    return sorted(specs, key=lambda s: order[s.name])
 
 
 def partition_key(job_id: str, node: str) -> bytes:

@@ -230,15 +230,25 @@ class NoAccessStorage(RuntimeError):
     users file declares); its users come from that file."""
 
 
-def ensure_users(client: Client, database: str, access: AccessSettings | None = None) -> str:
+def ensure_users(
+    client: Client,
+    database: str,
+    access: AccessSettings | None = None,
+    cluster: str | None = None,
+) -> str:
     """Create or update the configured users (run by ``rankscope migrate``, as admin); a role
-    without a password is skipped. Returns one line saying what was done."""
+    without a password is skipped. Returns one line saying what was done. With ``cluster``, on
+    every server of it (``ON CLUSTER``, rankscope.sinks.cluster_ddl)."""
     access = access or AccessSettings()
     users = [u for u in (access.user(r) for r in ROLES) if u is not None]
     skipped = [r for r in ROLES if access.user(r) is None]
     statements = sql_statements(
         database, users, changeable_in_readonly=access.reader_changeable_timeout
     )
+    if cluster is not None:
+        from rankscope.sinks.cluster_ddl import access_on_cluster
+
+        statements = [access_on_cluster(s, cluster) for s in statements]
     for stmt in statements:
         try:
             client.command(stmt)

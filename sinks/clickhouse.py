@@ -12,11 +12,14 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import clickhouse_connect
 from clickhouse_connect.driver.client import Client
+
+if TYPE_CHECKING:
+    from rankscope.sinks.cluster_ddl import ClusterSpec
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -137,26 +140,59 @@ def pending_migrations(client: Client, database: str) -> list[Migration]:
     return [m for m in available_migrations() if m.version not in done]
 
 
-def migrate(client: Client, database: str) -> list[Migration]:
-    """Apply pending migrations in order; safe to run twice. Returns what it applied."""
+def bootstrap_statements(database: str) -> list[str]:
+    """The database and the table that records applied migrations (before any migration)."""
     check_database_name(database)
-    client.command(f"CREATE DATABASE IF NOT EXISTS {database}")
-    client.command(
+    return [
+        f"CREATE DATABASE IF NOT EXISTS {database}",
         f"CREATE TABLE IF NOT EXISTS {database}.schema_migrations "
         "(version UInt32, name String, applied_at DateTime DEFAULT now()) "
-        "ENGINE = ReplacingMergeTree ORDER BY version"
-    )
+        "ENGINE = ReplacingMergeTree ORDER BY version",
+    ]
+
+
+def cluster_plan(database: str, spec: ClusterSpec) -> list[tuple[Migration | None, list[str]]]:
+    """Every migration's statements rendered for ``spec``'s cluster, bootstrap first (None).
+
+    All migrations are rendered, applied or not: the renderer learns the storage tables from
+    the earlier ones (rankscope.sinks.cluster_ddl)."""
+    from rankscope.sinks.cluster_ddl import ClusterRenderer
+
+    renderer = ClusterRenderer(spec, check_database_name(database))
+    plan: list[tuple[Migration | None, list[str]]] = [
+        (None, [o for s in bootstrap_statements(database) for o in renderer.render(s)])
+    ]
+    for mig in available_migrations():
+        plan.append((mig, [o for s in mig.statements(database) for o in renderer.render(s)]))
+    return plan
+
+
+def migrate(client: Client, database: str, cluster: ClusterSpec | None = None) -> list[Migration]:
+    """Apply pending migrations in order; safe to run twice. Returns what it applied.
+
+    With ``cluster``, the statements are the cluster's (``ON CLUSTER``, Replicated local tables,
+    Distributed tables with the plain names), sent to the one server ``client`` talks to."""
+    check_database_name(database)
+    if cluster is not None:
+        plan = cluster_plan(database, cluster)
+    else:
+        plan = [(None, bootstrap_statements(database))]
+        plan += [(m, m.statements(database)) for m in available_migrations()]
+    for stmt in plan[0][1]:
+        client.command(stmt)
     done = applied_versions(client, database)
     applied = []
-    for mig in available_migrations():
-        if mig.version in done:
+    for mig, statements in plan[1:]:
+        if mig is None or mig.version in done:
             continue
-        for stmt in mig.statements(database):
+        for stmt in statements:
             client.command(stmt)
         client.insert(
             f"{database}.schema_migrations",
             [[mig.version, mig.name]],
             column_names=["version", "name"],
+            # through a Distributed table: written before the call returns
+            settings={"insert_distributed_sync": 1} if cluster is not None else None,
         )
         applied.append(mig)
     return applied
@@ -186,10 +222,15 @@ TIME_COLUMNS: dict[str, str] = {
 }
 
 
-def apply_ttl(client: Client, database: str, days: dict[str, int]) -> dict[str, int]:
+def apply_ttl(
+    client: Client, database: str, days: dict[str, int], cluster: ClusterSpec | None = None
+) -> dict[str, int]:
     """Keep each table's rows this many days (0: forever); ClickHouse drops older parts/rows
-    in the background. Safe to run again with other values. Returns what was set."""
+    in the background. Safe to run again with other values. Returns what was set.
+
+    With ``cluster``, on every server's local table (a Distributed table has no TTL)."""
     check_database_name(database)
+    suffix, on = (cluster.local_suffix, cluster.clause) if cluster is not None else ("", "")
     unknown = sorted(set(days) - set(TIME_COLUMNS))
     if unknown:
         raise ValueError(f"no retention for {unknown}; tables: {sorted(TIME_COLUMNS)}")
@@ -197,11 +238,12 @@ def apply_ttl(client: Client, database: str, days: dict[str, int]) -> dict[str, 
         if n < 0:
             raise ValueError(f"{table}: retention must be >= 0 days")
         if n == 0:
-            client.command(f"ALTER TABLE {database}.{table} REMOVE TTL")
+            client.command(f"ALTER TABLE {database}.{table}{suffix}{on} REMOVE TTL")
         else:
             col = TIME_COLUMNS[table]
             client.command(
-                f"ALTER TABLE {database}.{table} MODIFY TTL toDateTime({col}) + toIntervalDay({n})"
+                f"ALTER TABLE {database}.{table}{suffix}{on} "
+                f"MODIFY TTL toDateTime({col}) + toIntervalDay({n})"
             )
     return days
 

@@ -153,6 +153,7 @@ AUDIT_TABLE = TableSpec(
         "action",
         "count",
         "rules_version",
+        "stage",
     ),
 )
 

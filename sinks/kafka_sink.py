@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential_jitter
 
 from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
+from rankscope.observability.exporters import serve_sink
 from rankscope.schemas.derived import (
     DeadLetter,
     DeadLetterCode,
@@ -115,6 +116,13 @@ class SinkStats:
     outages: int = 0
     outage_s: float = 0.0
     rows_by_table: dict[str, int] = field(default_factory=dict)
+    in_outage: bool = False
+    #: records behind per (topic, partition) and the poll loop's last turn (monotonic)
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    polled: float = field(default_factory=time.monotonic)
+    #: the metrics histograms when exported: (table, seconds) per INSERT, rows per batch
+    observe_insert: Callable[[str, float], None] = field(default=lambda table, seconds: None)
+    observe_batch: Callable[[int], None] = field(default=lambda rows: None)
 
 
 class _Buffers:
@@ -191,6 +199,7 @@ class ClickHouseSink:
         #: outages in a row without a stored batch between them (sets the first wait)
         self._outage_streak = 0
         self._status_due = time.monotonic() + config.status_every_s
+        self._lag_due = time.monotonic()
         #: the newest status line logged (read it from any thread; ``status()`` only from the
         #: sink's own: librdkafka's consumer calls block while another thread consumes)
         self.last_status = ""
@@ -251,7 +260,9 @@ class ClickHouseSink:
 
     # -- writing -------------------------------------------------------------------------
     def _insert(self, spec: TableSpec, rows: Sequence[Row]) -> None:
+        started = time.perf_counter()
         self._client.insert(f"{self.config.database}.{spec.table}", rows, column_names=spec.columns)
+        self.stats.observe_insert(spec.table, time.perf_counter() - started)
 
     def _write(self, spec: TableSpec, rows: list[Row]) -> list[tuple[int, str]]:
         """Store ``rows``; the (position, ClickHouse's error) of each one it refused."""
@@ -288,6 +299,7 @@ class ClickHouseSink:
                     # nothing left to fall back on; the records stay on Kafka at their offsets
                     log.error("dead letter refused too (records kept on Kafka): %s", error)
             self.stats.rows_written += self._buffers.count
+            self.stats.observe_batch(self._buffers.count)
             self.stats.batches += 1
             self._buffers.clear()
             self._outage_streak = 0
@@ -338,6 +350,7 @@ class ClickHouseSink:
 
     def _wait_for_clickhouse(self, reason: str) -> None:
         self.stats.outages += 1
+        self.stats.in_outage = True
         self._outage_streak += 1
         started = time.monotonic()
         log.warning("ClickHouse unavailable (%s): pausing consumption, nothing is lost", reason)
@@ -368,6 +381,7 @@ class ClickHouseSink:
             return  # stopping: offsets stay uncommitted, the records are read again later
         finally:
             self.stats.outage_s += time.monotonic() - started
+            self.stats.in_outage = False
             self._consumer.resume(self._consumer.assignment())
         log.warning(
             "ClickHouse is back after %.0f s: resuming from the committed offsets",
@@ -401,6 +415,10 @@ class ClickHouseSink:
             self._buffers.count and (due or not msgs)
         ):
             self._flush_or_wait()
+        self.stats.polled = time.monotonic()
+        if self.stats.polled >= self._lag_due:  # made here, on the sink's thread: see below
+            self._lag_due = self.stats.polled + 1.0
+            self.stats.lag = self.lag_by_partition() or {}
         if time.monotonic() >= self._status_due:
             self._status_due = time.monotonic() + self.config.status_every_s
             # made on the sink's own thread: the consumer is not safe to query from another
@@ -409,17 +427,22 @@ class ClickHouseSink:
         return len(msgs)
 
     def lag(self) -> int:
-        """Records on the assigned partitions not read yet (from the high watermarks the
-        consumer last fetched: no request to the broker)."""
-        behind = 0
+        """Records on the assigned partitions not read yet (-1: unknown)."""
+        by_partition = self.lag_by_partition()
+        return sum(by_partition.values()) if by_partition is not None else -1
+
+    def lag_by_partition(self) -> dict[tuple[str, int], int] | None:
+        """Per (topic, partition): records not read yet (from the high watermarks the
+        consumer last fetched: no request to the broker); None when unknown."""
+        behind: dict[tuple[str, int], int] = {}
         try:
             assignment = self._consumer.assignment()
             for tp in self._consumer.position(assignment) if assignment else []:
                 _, high = self._consumer.get_watermark_offsets(tp, cached=True)
                 if high >= 0 and tp.offset >= 0:
-                    behind += max(0, high - tp.offset)
+                    behind[tp.topic, tp.partition] = max(0, high - tp.offset)
         except (RuntimeError, KafkaException):  # closed, or the broker is away
-            return -1
+            return None
         return behind
 
     def status(self) -> str:
@@ -442,10 +465,13 @@ class ClickHouseSink:
         return self.stats
 
 
-def run_sink(config: SinkConfig) -> SinkStats:
-    """Run in the foreground until SIGTERM/SIGINT (what ``rankscope sink`` does)."""
+def run_sink(config: SinkConfig, metrics_port: int | None = None) -> SinkStats:
+    """Run in the foreground until SIGTERM/SIGINT (what ``rankscope sink`` does); ``/metrics``,
+    ``/healthz`` and ``/readyz`` on ``metrics_port`` unless it is None."""
     check_access(config.bootstrap, config.security)  # a refused login: one line, not retries
     sink = ClickHouseSink(config)
+    if metrics_port is not None:
+        serve_sink(sink.stats, config.bootstrap, config.security, metrics_port)
 
     def _handle(signum: int, frame: FrameType | None) -> None:
         sink.stop()

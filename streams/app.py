@@ -19,6 +19,7 @@ from typing import Any
 import faust
 
 from rankscope.kafka_security import check_access, faust_credentials
+from rankscope.observability.exporters import serve_worker
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.recovery import DeciderHost
@@ -111,6 +112,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         """Event time moves on in a quiet fleet too: the decider's deadlines, idle windows and
         the analysis' flush and retention run once a second whether records arrive or not."""
         now = time.time()
+        counters.ticked = time.monotonic()
+        counters.lag = consumer_lag(app.consumer)
         await recovery.tick(now)
         await windows.close_ready(now)
         await analysis.tick(now)
@@ -144,6 +147,19 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     return app, counters
 
 
+def consumer_lag(consumer: Any) -> dict[tuple[str, int], int]:
+    """Records behind per assigned partition: the high watermark the consumer last fetched
+    minus the next offset it will hand to an agent (faust's read offsets: no broker request)."""
+    read: dict[Any, int | None] = getattr(consumer, "_read_offset", {})
+    lag: dict[tuple[str, int], int] = {}
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        last = read.get(tp)
+        if high is not None and last is not None:
+            lag[tp.topic, tp.partition] = max(0, high - (last + 1))
+    return lag
+
+
 def tune_gc() -> None:
     """Fewer, cheaper garbage collections for a worker that holds a large live set.
 
@@ -158,11 +174,14 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def run_worker(config: StreamsConfig) -> None:
-    """Run one worker in the foreground until SIGTERM/SIGINT (what ``rankscope worker`` does)."""
+def run_worker(config: StreamsConfig, metrics_port: int | None = None) -> None:
+    """Run one worker in the foreground until SIGTERM/SIGINT (what ``rankscope worker`` does);
+    ``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` unless it is None."""
     config.data_dir.mkdir(parents=True, exist_ok=True)
     check_access(config.bootstrap)  # a refused login: one line and an exit, not endless retries
-    app, _ = create_app(config)
+    app, counters = create_app(config)
+    if metrics_port is not None:
+        serve_worker(counters, config.bootstrap, metrics_port)
     tune_gc()
     worker = faust.Worker(app, loglevel=config.log_level, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()

@@ -57,6 +57,8 @@ from tests.test_compose import (
 OVERLAY = COMPOSE_DIR / "compose.tls.yaml"
 INIT = "kafka-tls-config"
 SETUP = "kafka-setup"
+TOPICS = "topics"  # the base's `rankscope topics create`, as the admin here
+ADMIN_JOBS = {SETUP, TOPICS}
 #: the rankscope services that talk to Kafka, and the ACL plan's role each logs in as
 CLIENT_ROLES = {"worker": "worker", "sink": "sink", "simulator": "agent"}
 NOT_KAFKA_CLIENTS = {"migrate", INIT}  # ClickHouse only; no network at all
@@ -217,7 +219,7 @@ def _mounts(service: str) -> dict[str, str]:
 
 
 def _role_of(service: str) -> str:
-    return "admin" if service == SETUP else CLIENT_ROLES[service]
+    return "admin" if service in ADMIN_JOBS else CLIENT_ROLES[service]
 
 
 def _username(role: str) -> str:
@@ -301,7 +303,7 @@ def _password_vars() -> set[str]:
 def test_every_kafka_client_is_sasl_ssl_as_a_user_the_plan_and_the_broker_know() -> None:
     services = _services()
     built = {n for n, s in services.items() if "build" in s}
-    assert built - NOT_KAFKA_CLIENTS == {*CLIENT_ROLES, SETUP}, "a new service needs a login"
+    assert built - NOT_KAFKA_CLIENTS == {*CLIENT_ROLES, *ADMIN_JOBS}, "a new service needs a login"
     users = _init_users()
     plan_users = set(Principals().model_dump().values())
     for name in sorted(built - NOT_KAFKA_CLIENTS):
@@ -318,13 +320,14 @@ def test_every_kafka_client_is_sasl_ssl_as_a_user_the_plan_and_the_broker_know()
         assert _mounts(name)["./tls/ca.pem"] == env["RANKSCOPE_KAFKA_SSL_CA_FILE"], name
         assert env["RANKSCOPE_BOOTSTRAP"] == "kafka:9092", name
         assert services[name]["depends_on"].get(SETUP, {}).get("condition") == (
-            None if name == SETUP else "service_completed_successfully"
+            None if name in ADMIN_JOBS else "service_completed_successfully"
         ), name
         for key in env:  # nothing that would turn TLS checks off
             assert key not in (f"{ENV_PREFIX}SSL_ENDPOINT_IDENTIFICATION",), (name, key)
     # kafka-setup applies the plan with its default principals: the names checked above
     setup = [str(c) for c in services[SETUP]["command"]]
-    assert setup[0] == "kafka-acls" and "--apply" in setup and "--create-topics" in setup
+    assert setup[0] == "kafka-acls" and "--apply" in setup
+    assert [str(c) for c in services[TOPICS]["command"]][:2] == ["topics", "create"]
     assert not any(c.lstrip("-") in Principals.model_fields for c in setup)
     # every SCRAM user made is one a service uses, each password its own variable
     used = {
@@ -574,19 +577,20 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsBroker]:
             assert time.monotonic() < deadline, f"the broker never answered:\n{output}"
             time.sleep(0.5)
         broker = TlsBroker(bootstrap, f"localhost:{ext_port}", out, bin_dir, pki, passwords)
-        # kafka-setup, as compose runs it: its command, its environment
-        env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
-        env |= broker.service_env(SETUP)
-        setup = [str(c) for c in _services()[SETUP]["command"]]
-        done_setup = subprocess.run(
-            [sys.executable, "-m", "rankscope", *setup],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done_setup.returncode == 0, done_setup.stdout[-2000:] + done_setup.stderr[-2000:]
+        # topics and kafka-setup, as compose runs them: their commands, their environments
+        for job in (TOPICS, SETUP):
+            env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIX)}
+            env |= broker.service_env(job)
+            argv = [str(c) for c in _services()[job]["command"]]
+            done = subprocess.run(
+                [sys.executable, "-m", "rankscope", *argv],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert done.returncode == 0, job + done.stdout[-2000:] + done.stderr[-2000:]
         yield broker
     finally:
         gc.collect()
@@ -601,7 +605,7 @@ def _entrypoint() -> list[str]:
 def test_each_service_logs_in_with_the_environment_compose_gives_it(
     tls_broker: TlsBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for service in (*CLIENT_ROLES, SETUP):
+    for service in (*CLIENT_ROLES, *sorted(ADMIN_JOBS)):
         sec = tls_broker.security(service, monkeypatch)
         assert sec.security_protocol == "SASL_SSL" and sec.sasl_username == _username(
             _role_of(service)
@@ -639,7 +643,7 @@ def test_the_plan_holds_a_topic_outside_it_is_denied(
     admin = tls_broker.security(SETUP, monkeypatch)
     agent = tls_broker.security("simulator", monkeypatch)
     worker = tls_broker.security("worker", monkeypatch)
-    # kafka-setup created the topics and the plan: the simulator (agent) may write raw
+    # topics and kafka-setup created the topics and the plan: the simulator (agent) may write raw
     assert _produce(tls_broker.bootstrap, agent, topics.raw) is None
     outside = "outside-the-plan"
     assert _produce(tls_broker.bootstrap, admin, outside) is None  # the admin may create it

@@ -248,7 +248,7 @@ def test_a_wrong_password_is_one_clear_line_and_a_nonzero_exit(
         lines = [line for line in done.stderr.splitlines() if line.strip()]
         assert len(lines) == 1, (argv[0], done.stderr)
         assert lines[0].startswith(
-            f"rankscope: Kafka authentication failed for user '{PRINCIPALS.sink}' "
+            f"rankscope: error: Kafka authentication failed for user '{PRINCIPALS.sink}' "
             f"(SASL_SSL/SCRAM-SHA-512) at {stack.bootstrap}:"
         ), lines[0]
         assert "not-the-password" not in done.stderr

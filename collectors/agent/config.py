@@ -6,6 +6,9 @@ case-insensitive, e.g. ``RANKSCOPE_AGENT__KAFKA__BOOTSTRAP=kafka:9092``,
 ``RANKSCOPE_AGENT__GPU__INTERVAL_S=2``, ``RANKSCOPE_AGENT__CLUSTER=prod``). Values are strings
 that pydantic converts to the field's type; a value starting with ``{`` or ``[`` is parsed as
 JSON (dicts, lists). Environment wins over the file, so one file can serve a whole fleet.
+
+The CLI's common names (:data:`COMMON_ENV`, e.g. ``RANKSCOPE_BOOTSTRAP``) apply too, below the
+agent's own: ``RANKSCOPE_AGENT__KAFKA__BOOTSTRAP`` > ``RANKSCOPE_BOOTSTRAP`` > file > default.
 """
 
 from __future__ import annotations
@@ -24,9 +27,11 @@ from rankscope.collectors.agent.registry import COLLECTORS, AgentConfigError, lo
 from rankscope.collectors.base import CollectorConfig
 from rankscope.collectors.publisher import PublisherConfig
 from rankscope.collectors.spool import DEFAULT_MAX_BYTES, DEFAULT_SEGMENT_BYTES, FsyncPolicy
+from rankscope.redaction.source import SourceRedactionConfig
 
 __all__ = [
     "AGENT_NAME",
+    "COMMON_ENV",
     "ENV_PREFIX",
     "AgentConfig",
     "SpoolConfig",
@@ -35,6 +40,12 @@ __all__ = [
 ]
 
 ENV_PREFIX = "RANKSCOPE_AGENT__"
+#: the CLI's common settings (``rankscope.settings.Settings``, one name each) the agent reads
+#: when its own ``RANKSCOPE_AGENT__...`` name is unset, so one environment serves every command
+COMMON_ENV: dict[str, tuple[str, ...]] = {
+    "RANKSCOPE_BOOTSTRAP": ("kafka", "bootstrap"),
+    "RANKSCOPE_TOPIC_PREFIX": ("kafka", "topic_prefix"),
+}
 AGENT_NAME = "rankscope-agent"
 
 
@@ -75,6 +86,11 @@ class AgentConfig(BaseModel):
     )
     kafka: PublisherConfig
     spool: SpoolConfig = SpoolConfig()
+    redaction: SourceRedactionConfig = Field(
+        default_factory=SourceRedactionConfig,
+        description="Redaction before spooling and publishing (on by default; "
+        "redaction.enabled: false or RANKSCOPE_AGENT__REDACTION__ENABLED=false turns it off).",
+    )
     heartbeat_interval_s: float = Field(default=5.0, gt=0)
     inventory_interval_s: float = Field(default=300.0, gt=0)
     shutdown_timeout_s: float = Field(
@@ -154,7 +170,11 @@ class AgentConfig(BaseModel):
             raw = {}
         if not isinstance(raw, dict):
             raise AgentConfigError(f"{path}: the top level must be a mapping")
-        merged = _deep_merge(raw, env_overrides(env))
+        common: dict[str, Any] = {}
+        for name, keys in COMMON_ENV.items():
+            if env.get(name):
+                common = _deep_merge(common, _nested(keys, env[name]))
+        merged = _deep_merge(_deep_merge(raw, common), env_overrides(env))
         try:
             return cls.model_validate(merged)
         except ValidationError as exc:
@@ -184,6 +204,14 @@ def env_overrides(env: Mapping[str, str], prefix: str = ENV_PREFIX) -> dict[str,
                 raise AgentConfigError(f"{name}: conflicts with another override")
             node = child
         node[path[-1]] = parsed
+    return out
+
+
+def _nested(path: tuple[str, ...], value: str) -> dict[str, Any]:
+    """``("kafka", "bootstrap"), "x"`` -> ``{"kafka": {"bootstrap": "x"}}``."""
+    out: dict[str, Any] = {path[-1]: value}
+    for part in reversed(path[:-1]):
+        out = {part: out}
     return out
 
 

@@ -1,6 +1,8 @@
-"""The write-ahead step: events are batched per partition key, serialised in the Kafka
+"""The write-ahead step: events are redacted (light mode, issue 16: no secret the rules know
+reaches the disk spool or the raw topic), batched per partition key, serialised in the Kafka
 wire format and appended to the spool before any network I/O, so nothing sampled while Kafka is
-away is lost (a spool overflow is itself reported as an event)."""
+away is lost (a spool overflow is itself reported as an event, and so are the redaction
+counts)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from rankscope.collectors.agent.xid_dedup import XidDedup
 from rankscope.collectors.base import EventFactory
 from rankscope.collectors.publisher import batch_events
 from rankscope.collectors.spool import RecordTooLargeError, Spool
+from rankscope.redaction.source import SourceRedaction
 from rankscope.schemas import AgentEventEvent, Event, dump_events
 from rankscope.schemas.payloads import AgentEvent, AgentEventType
 
@@ -49,6 +52,12 @@ class SpoolIngest:
         self.spooled = 0
         self.lost = 0  # could not be spooled at all (too large, spool closed)
         self.reported_dropped = 0
+        #: light redaction before the spool (None: turned off in the config)
+        self.redaction = (
+            SourceRedaction(config.redaction, stage="agent", origin=config.node)
+            if config.redaction.enabled
+            else None
+        )
         #: drops NVML's copy of an XID the kernel log also reported (set when both run)
         self.xid_dedup: XidDedup | None = None
 
@@ -78,6 +87,8 @@ class SpoolIngest:
                 events = self.xid_dedup.filter(events)
         if not events:
             return
+        if self.redaction is not None:  # report events of its counts come last
+            events = self.redaction.publishable(events, self._report, agent=self.config.agent_name)
         with self.lock:
             self.sampled += len(events)
             if self.tap is not None:
@@ -109,6 +120,9 @@ class SpoolIngest:
                     self.tap([overflow])
                 self._append(spool, [overflow])
         self.wake.set()
+
+    def _report(self, payload: AgentEvent) -> AgentEventEvent:
+        return self.factory.make(AgentEventEvent, payload)
 
     def close_spool(self) -> None:
         """Close the spool under the ingest lock (no append can be half-way through it)."""

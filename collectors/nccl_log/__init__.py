@@ -75,9 +75,9 @@ marker are dropped by a substring test before any regex runs; NCCL INFO by the p
 
 from rankscope.collectors.nccl_log.collector import NcclLogCollector, create_nccl_log_collector
 from rankscope.collectors.nccl_log.config import NcclLogCollectorConfig
-from rankscope.collectors.nccl_log.parsing import ParsedCommLine, log_time_ns, parse_line
-from rankscope.collectors.nccl_log.prefixes import LinePrefix, LogTime, strip_prefixes
 from rankscope.collectors.nccl_log.tailer import NcclLogStats, expand_nccl_debug_file
+from rankscope.schemas.comm_lines.parsing import ParsedCommLine, log_time_ns, parse_line
+from rankscope.schemas.comm_lines.prefixes import LinePrefix, LogTime, strip_prefixes
 
 __all__ = [
     "LinePrefix",

@@ -5,24 +5,20 @@ factory the agent calls."""
 from __future__ import annotations
 
 import socket
-from typing import Final
 
 from pydantic import ValidationError
 
 from rankscope.collectors.base import EventFactory
 from rankscope.collectors.nccl_log.config import NcclLogCollectorConfig
-from rankscope.collectors.nccl_log.parsing import ParsedCommLine, _parse, log_time_ns
 from rankscope.collectors.nccl_log.tailer import (
     NcclLogStats,
     _Tail,
     _Tailer,
     expand_nccl_debug_file,
 )
+from rankscope.schemas.comm_lines import comm_payload
+from rankscope.schemas.comm_lines.parsing import ParsedCommLine, _parse, log_time_ns
 from rankscope.schemas.events import CommEventEvent, Event
-from rankscope.schemas.payloads import CommEvent
-
-_SHORT: Final = 256
-_LONG: Final = 16_384
 
 
 class NcclLogCollector(_Tailer):
@@ -74,28 +70,8 @@ class NcclLogCollector(_Tailer):
             if stamped is not None and now_ns - lag <= stamped <= now_ns + 2_000_000_000:
                 ts = stamped
         gpu = p.cuda_dev if self.config.cuda_dev_is_gpu_index else None
-        log_file = path if len(path) <= _SHORT else "..." + path[-(_SHORT - 3) :]
         try:
-            payload = CommEvent(
-                source=p.source,
-                event_type=p.event_type,
-                op=p.op[:_SHORT],
-                seq=p.seq,
-                peer_rank=p.peer_rank,
-                peer=p.peer[:_SHORT],
-                timeout_ms=p.timeout_ms,
-                elapsed_ms=p.elapsed_ms,
-                process_group=p.process_group[:_SHORT],
-                pid=p.pid,
-                log_file=log_file,
-                message=p.message[:_LONG],
-                host=p.host[:_SHORT],
-                hca=p.hca[:_SHORT],
-                cuda_dev=p.cuda_dev,
-                ib_status=p.ib_status,
-                vendor_err=p.vendor_err,
-                pg_rank=p.pg_rank,
-            )
+            payload = comm_payload(p, path)
             return self.factory.make(
                 CommEventEvent, payload, ts, gpu=gpu, rank=p.rank, local_rank=p.local_rank
             )

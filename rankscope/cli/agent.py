@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from rankscope.cli.options import METRICS_PORTS, MetricsPortOpt, port_or_off
+
 if TYPE_CHECKING:
     from rankscope.collectors.agent import Agent, AgentStats
 
@@ -89,6 +91,7 @@ def agent(
         float,
         typer.Option("--status-interval", help="Seconds between status lines on stderr; 0: none."),
     ] = 30.0,
+    metrics_port: MetricsPortOpt = METRICS_PORTS["agent"],
     check: Annotated[
         bool,
         typer.Option(
@@ -145,6 +148,7 @@ def agent(
             status=_status if status_interval > 0 else None,
             status_interval_s=status_interval,
             on_start=_started,
+            metrics_port=port_or_off(metrics_port),
         )
     except AgentConfigError as exc:
         _say(f"invalid config: {exc}")

@@ -3,29 +3,32 @@ migrations and retention, and the named queries of the SQL library."""
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Table
+
+if TYPE_CHECKING:
+    from rankscope.sinks.cluster_ddl import ClusterSpec
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
     ClickHouseOpt,
     DatabaseOpt,
+    FormatOpt,
     HomeOpt,
+    OutputFormat,
     console,
     local_clickhouse_url,
     pairs,
+    render,
 )
 
 
 def migrate(
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
     ttl_days: Annotated[
         int | None,
         typer.Option(help="Retention for every table, in days (0: keep forever)."),
@@ -34,6 +37,35 @@ def migrate(
         list[str] | None,
         typer.Option(help="Retention of one table, as table=days (repeat); wins over --ttl-days."),
     ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            help="A cluster of the servers' remote_servers: ON CLUSTER DDL, Replicated "
+            "<table>_local tables and Distributed tables with the plain names."
+        ),
+    ] = None,
+    print_only: Annotated[
+        bool,
+        typer.Option("--print", help="With --cluster: print the DDL, connect to nothing."),
+    ] = False,
+    replica_path: Annotated[
+        str,
+        typer.Option(
+            help="With --cluster: Keeper path of the Replicated engines: uuid, table, "
+            "server (the servers' default_replica_path)."
+        ),
+    ] = "uuid",
+    no_replication: Annotated[
+        bool,
+        typer.Option("--no-replication", help="With --cluster: shards without replicas."),
+    ] = False,
+    shard_key: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="With --cluster: a table's sharding key, as table=expression (repeat; "
+            "default cityHash64(job_id))."
+        ),
+    ] = None,
 ) -> None:
     """Apply pending ClickHouse migrations (safe to run twice), set retention if asked, and
     create or update the pipeline's writer and reader users (as admin: the URL's login)."""
@@ -41,15 +73,24 @@ def migrate(
     from rankscope.sinks.clickhouse import TIME_COLUMNS, apply_ttl, connect
     from rankscope.sinks.clickhouse import migrate as run_migrations
 
+    spec = _cluster_spec(cluster, replica_path, no_replication, shard_key, print_only)
+    if print_only and spec is not None:
+        _print_cluster_ddl(database, spec)
+        return
     url = clickhouse_url or local_clickhouse_url(home)
     client = connect(url)
-    applied = run_migrations(client, database)
+    from rankscope.sinks.cluster_ddl import ClusterDDLError
+
+    try:
+        applied = run_migrations(client, database, spec)
+    except ClusterDDLError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--cluster") from None
     console.print(f"applied {len(applied)} migration(s): {[m.name for m in applied]}")
     if clickhouse_url is None:
         console.print("users: the local engine's come from its users.xml (passwords in --home)")
     else:
         try:
-            console.print(f"users: {ensure_users(client, database)}")
+            console.print(f"users: {ensure_users(client, database, cluster=cluster)}")
         except NoAccessStorage as exc:
             console.print(f"users: not created: {exc}")
     days: dict[str, int] = dict.fromkeys(TIME_COLUMNS, ttl_days) if ttl_days is not None else {}
@@ -59,10 +100,54 @@ def migrate(
         days[table] = int(n)
     if days:
         try:
-            apply_ttl(client, database, days)
+            apply_ttl(client, database, days, spec)
         except ValueError as exc:
             raise typer.BadParameter(str(exc), param_hint="--ttl") from exc
         console.print(f"retention set on {len(days)} table(s)")
+
+
+def _cluster_spec(
+    cluster: str | None,
+    replica_path: str,
+    no_replication: bool,
+    shard_key: list[str] | None,
+    print_only: bool,
+) -> ClusterSpec | None:
+    from pydantic import ValidationError
+
+    from rankscope.sinks.cluster_ddl import ClusterSpec
+
+    if cluster is None:
+        if print_only:
+            raise typer.BadParameter("--print needs --cluster", param_hint="--print")
+        return None
+    try:
+        return ClusterSpec(
+            name=cluster,
+            replica_path=replica_path,
+            replicated=not no_replication,
+            sharding_keys=pairs(shard_key, "table=expression", "--shard-key"),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise typer.BadParameter(f"{where}: {first['msg']}", param_hint="--cluster") from None
+
+
+def _print_cluster_ddl(database: str, spec: ClusterSpec) -> None:
+    """Print (no markup, so it pipes into clickhouse-client --multiquery) every statement."""
+    from rankscope.sinks.clickhouse import cluster_plan
+    from rankscope.sinks.cluster_ddl import ClusterDDLError, terminated
+
+    try:
+        plan = cluster_plan(database, spec)
+    except (ClusterDDLError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--cluster") from None
+    for mig, statements in plan:
+        label = "bootstrap" if mig is None else f"{mig.version:04d}_{mig.name}"
+        print(f"-- rankscope {label} (cluster {spec.name})")
+        for stmt in statements:
+            print(terminated(stmt) + "\n")
 
 
 def query(
@@ -79,8 +164,8 @@ def query(
     ] = None,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
-    fmt: Annotated[str, typer.Option("--format", help="table, csv or json")] = "table",
+    database: DatabaseOpt = DEFAULT_DATABASE,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse, as
     the read-only user when one is configured (a login in --clickhouse-url wins)."""
@@ -105,36 +190,22 @@ def query(
         raise typer.BadParameter(f"{sql!r} is not a named query; --param is for those")
     else:
         result = client.query(sql)
-    _print_result(list(result.column_names), result.result_rows, fmt)
+    render(list(result.column_names), result.result_rows, fmt)
 
 
-def _print_result(names: list[str], rows: Sequence[Sequence[Any]], fmt: str) -> None:
-    if fmt == "json":
-        console.print_json(
-            json.dumps([dict(zip(names, r, strict=True)) for r in rows], default=str)
-        )
-    elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(names)
-        w.writerows(rows)
-    else:
-        table = Table(*names)
-        for r in rows:
-            table.add_row(*("" if v is None else str(v) for v in r))
-        console.print(table)
-
-
-def queries() -> None:
+def queries(fmt: FormatOpt = OutputFormat.table) -> None:
     """List the named queries of the SQL library with their parameters."""
     from rankscope.sinks.named_queries import load_queries
 
     empty = "''"
-    table = Table("name", "what it answers", "parameters")
-    for q in load_queries().values():
-        params = ", ".join(
-            p.name if p.default is None else f"{p.name}={p.default or empty}" for p in q.params
+    rows = [
+        (
+            q.name,
+            q.summary,
+            ", ".join(
+                p.name if p.default is None else f"{p.name}={p.default or empty}" for p in q.params
+            ),
         )
-        table.add_row(q.name, q.summary, params)
-    console.print(table)
+        for q in load_queries().values()
+    ]
+    render(("name", "what it answers", "parameters"), rows, fmt)

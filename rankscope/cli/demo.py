@@ -9,16 +9,18 @@ from typing import Annotated
 import typer
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
+    DEFAULT_PREFIX,
     BootstrapOpt,
     ClickHouseOpt,
     DatabaseOpt,
     HomeOpt,
     PrefixOpt,
-    RequiredBootstrapOpt,
     WorkersOpt,
     console,
     err,
+    local_bootstrap,
     make_settings,
 )
 
@@ -33,8 +35,8 @@ def demo(
     home: HomeOpt = DEFAULT_HOME,
     bootstrap: BootstrapOpt = None,
     clickhouse_url: ClickHouseOpt = None,
-    prefix: PrefixOpt = "rankscope",
-    database: DatabaseOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    database: DatabaseOpt = DEFAULT_DATABASE,
     keep_services: Annotated[
         bool, typer.Option(help="Leave the local broker and engine running afterwards.")
     ] = False,
@@ -71,19 +73,21 @@ def demo(
 
 
 def simulate(
-    bootstrap: RequiredBootstrapOpt,
+    bootstrap: BootstrapOpt = None,
     ranks: Annotated[int, typer.Option(help="Simulated ranks (GPUs).")] = 16,
     duration: Annotated[float, typer.Option(help="Job length, seconds of event time.")] = 120.0,
     seed: int = 7,
     speed: Annotated[float, typer.Option(help="Playback speed; 1 = real time, 0 = max.")] = 1.0,
     job_id: Annotated[str, typer.Option(help="Job id of the simulated job.")] = "sim-job-1",
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Publish a simulated synchronous training job to Kafka (no pipeline started)."""
     from rankscope.collectors.publisher import Publisher, PublisherConfig
     from rankscope.simulation.simulator import SimulationConfig, pace
     from rankscope.simulation.simulator import simulate as run_simulation
 
+    bootstrap = bootstrap or local_bootstrap(home)
     sim = SimulationConfig(ranks=ranks, duration_s=duration, seed=seed, job_id=job_id)
     sent = 0
     with Publisher(PublisherConfig(bootstrap=bootstrap, topic_prefix=prefix)) as pub:

@@ -6,17 +6,17 @@ from typing import Annotated
 
 import typer
 
-from rankscope.cli.options import PrefixOpt, console
+from rankscope.cli.options import (
+    DEFAULT_PREFIX,
+    BootstrapOpt,
+    PrefixOpt,
+    console,
+)
 
 
 def kafka_acls(
-    prefix: PrefixOpt = "rankscope",
-    bootstrap: Annotated[
-        str | None,
-        typer.Option(
-            "--bootstrap", envvar="RANKSCOPE_BOOTSTRAP", help="Apply to this cluster (admin)."
-        ),
-    ] = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    bootstrap: BootstrapOpt = None,
     apply: Annotated[
         bool, typer.Option("--apply", help="Create the ACLs (RANKSCOPE_KAFKA_* as the admin).")
     ] = False,

@@ -4,72 +4,103 @@ into settings or a ClickHouse URL. It imports none of the command modules."""
 
 from __future__ import annotations
 
+import csv
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from datetime import date, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
+from rankscope.observability.metrics import DEFAULT_PORTS
 from rankscope.settings import Settings
 from rankscope.sinks.access import RoleName
 
+EXIT_CHECK_FAILED = 1
+EXIT_INPUT = 2
+EXIT_UNREACHABLE = 3
+
+#: the exit codes every command shares (the README's CLI section lists them)
+EXIT_CODES: dict[int, str] = {
+    0: "done; every check passed",
+    EXIT_CHECK_FAILED: "a check failed: eval below --min-accuracy, a redaction review gate, "
+    "the demo's checks",
+    EXIT_INPUT: "bad usage or input: an unknown option or value, invalid settings or config, a "
+    "missing file",
+    EXIT_UNREACHABLE: "a service could not be reached or refused the login (Kafka, ClickHouse)",
+}
+
 console = Console()
 err = Console(stderr=True)
+
+
+def env_name(field: str) -> str:
+    """The one environment variable of a common setting: ``RANKSCOPE_<FIELD>`` of
+    :class:`~rankscope.settings.Settings`, so a flag and the settings model cannot disagree."""
+    if field not in Settings.model_fields:
+        raise KeyError(f"{field!r} is not a field of rankscope.settings.Settings")
+    return f"{Settings.model_config.get('env_prefix', '')}{field}".upper()
+
+
+def _default(field: str) -> object:
+    return Settings.model_fields[field].default
+
+
+#: the defaults every command shares (the settings model's)
+DEFAULT_PREFIX = str(_default("topic_prefix"))
+DEFAULT_DATABASE = str(_default("database"))
 
 BootstrapOpt = Annotated[
     str | None,
     typer.Option(
         "--bootstrap",
-        envvar="RANKSCOPE_BOOTSTRAP",
-        help="Kafka bootstrap servers. Omit to use (and start) the local broker.",
+        envvar=env_name("bootstrap"),
+        help="Kafka bootstrap servers (host:port,...). Omit: the local broker of --home "
+        "(`rankscope services up`; demo and eval start one).",
+        show_default=False,
     ),
-]
-#: for the commands that join a running pipeline rather than start a local one
-RequiredBootstrapOpt = Annotated[
-    str, typer.Option("--bootstrap", envvar="RANKSCOPE_BOOTSTRAP", help="Kafka bootstrap servers.")
 ]
 ClickHouseOpt = Annotated[
     str | None,
     typer.Option(
         "--clickhouse-url",
-        envvar="RANKSCOPE_CLICKHOUSE_URL",
-        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path); omit: local engine.",
-    ),
-]
-RequiredClickHouseOpt = Annotated[
-    str,
-    typer.Option(
-        "--clickhouse-url",
-        envvar="RANKSCOPE_CLICKHOUSE_URL",
-        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path).",
+        envvar=env_name("clickhouse_url"),
+        help="ClickHouse URL (http://user:pass@host:8123 or chdb:///path). Omit: the local "
+        "engine of --home.",
+        show_default=False,
     ),
 ]
 HomeOpt = Annotated[
     Path,
-    typer.Option("--home", envvar="RANKSCOPE_HOME", help="State directory (data, logs, pids)."),
+    typer.Option("--home", envvar=env_name("home"), help="State directory (data, logs, pids)."),
 ]
 PrefixOpt = Annotated[
-    str, typer.Option("--topic-prefix", envvar="RANKSCOPE_TOPIC_PREFIX", help="Topic namespace.")
+    str, typer.Option("--topic-prefix", envvar=env_name("topic_prefix"), help="Topic namespace.")
 ]
 DatabaseOpt = Annotated[
-    str, typer.Option("--database", envvar="RANKSCOPE_DATABASE", help="ClickHouse database.")
+    str, typer.Option("--database", envvar=env_name("database"), help="ClickHouse database.")
 ]
 RulesOpt = Annotated[
     Path | None,
     typer.Option(
-        "--rules", envvar="RANKSCOPE_REDACTION_RULES", help="Rules file (default: packaged)."
+        "--rules", envvar=env_name("redaction_rules"), help="Rules file (default: packaged)."
     ),
 ]
 
-DEFAULT_HOME = Path(".rankscope")
+DEFAULT_HOME = Path(str(_default("home")))
 
 
 def make_settings(
     home: Path,
     bootstrap: str | None = None,
     clickhouse_url: str | None = None,
-    prefix: str = "rankscope",
-    database: str = "rankscope",
+    prefix: str = DEFAULT_PREFIX,
+    database: str = DEFAULT_DATABASE,
 ) -> Settings:
     """The operator's settings from a command's options."""
     return Settings(
@@ -78,6 +109,21 @@ def make_settings(
         clickhouse_url=clickhouse_url,
         topic_prefix=prefix,
         database=database,
+    )
+
+
+def local_bootstrap(home: Path) -> str:
+    """The local broker of ``home`` (``rankscope services up``) for a command given no
+    --bootstrap; a clear usage error when none runs."""
+    from rankscope.services import ServiceManager
+
+    kafka = ServiceManager(home).status().get("kafka") or {}
+    if kafka.get("running") and kafka.get("endpoint"):
+        return str(kafka["endpoint"])
+    raise typer.BadParameter(
+        f"no local broker runs under {home}: pass --bootstrap (or set {env_name('bootstrap')}) "
+        "or start one with `rankscope services up`",
+        param_hint="--bootstrap",
     )
 
 
@@ -124,3 +170,66 @@ WorkersOpt = Annotated[
         "findings do not depend on how many).",
     ),
 ]
+
+
+class OutputFormat(StrEnum):
+    """How a listing command prints its rows: for people, or for jq and spreadsheets."""
+
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+FormatOpt = Annotated[
+    OutputFormat,
+    typer.Option(
+        "--format",
+        case_sensitive=False,
+        help="table (for people), json (a list of objects) or csv (a header row, then rows).",
+    ),
+]
+
+
+#: ``--metrics-port`` of the long-running commands: ``/metrics``, ``/healthz`` and ``/readyz``
+#: (README "Monitoring"); the default port of each role is ``METRICS_PORTS[role]``
+METRICS_PORTS = DEFAULT_PORTS
+MetricsPortOpt = Annotated[
+    int,
+    typer.Option(
+        help="Port of /metrics, /healthz and /readyz (0: any free port, logged; -1: off).",
+        envvar="RANKSCOPE_METRICS_PORT",
+    ),
+]
+
+
+def _plain(value: Any) -> Any:
+    """A cell as JSON and CSV carry it: times in ISO 8601, the rest as the database gave it."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return value
+
+
+def render(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[Any]],
+    fmt: OutputFormat,
+    title: str | None = None,
+) -> None:
+    """Every listing command's rows, in ``fmt``, on stdout (json and csv: nothing else)."""
+    if fmt is OutputFormat.json:
+        out = [dict(zip(columns, map(_plain, r), strict=True)) for r in rows]
+        typer.echo(json.dumps(out, indent=2, default=str))
+    elif fmt is OutputFormat.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([_plain(v) for v in r] for r in rows)
+    else:
+        table = Table(*columns, title=title)
+        for r in rows:
+            table.add_row(*("" if v is None else str(v) for v in r))
+        console.print(table)
+
+
+def port_or_off(port: int) -> int | None:
+    """-1 (any negative port) turns the endpoint off."""
+    return None if port < 0 else port

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from types import FrameType
 from typing import Annotated
@@ -12,14 +13,23 @@ import typer
 from rich.table import Table
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
+    DEFAULT_PREFIX,
+    METRICS_PORTS,
+    BootstrapOpt,
     ClickHouseOpt,
     DatabaseOpt,
+    FormatOpt,
     HomeOpt,
+    MetricsPortOpt,
+    OutputFormat,
     PrefixOpt,
-    RequiredBootstrapOpt,
     console,
+    local_bootstrap,
     local_clickhouse_url,
+    port_or_off,
+    render,
 )
 
 recovery_app = typer.Typer(
@@ -34,7 +44,8 @@ def history(
     hours: Annotated[int, typer.Option(help="Look back this many hours.")] = 24,
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """Every recovery decision, suppression and outcome, newest first (from ClickHouse)."""
     from rankscope.sinks.clickhouse import connect
@@ -43,6 +54,10 @@ def history(
     client = connect(clickhouse_url or local_clickhouse_url(home))
     values = {"job_id": job or "", "hours": str(hours)}
     rows = list(run_query(client, "recovery_history", database, values).named_results())
+    if fmt is not OutputFormat.table:
+        columns = list(rows[0]) if rows else []
+        render(columns, [list(r.values()) for r in rows], fmt)
+        return
     table = Table("time (UTC)", "job", "action", "stage", "try", "where", "why", title="recovery")
     for r in rows:
         where = r["node"] + (f" rank {r['rank']}" if r["rank"] >= 0 else "")
@@ -59,7 +74,7 @@ def history(
     console.print(f"{len(rows)} record(s)")
 
 
-def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path) -> None:
+def _control(bootstrap: str | None, prefix: str, paused: bool, reason: str, home: Path) -> None:
     import getpass
 
     from confluent_kafka import Producer
@@ -69,6 +84,7 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path)
     from rankscope.schemas.topics import Topics
     from rankscope.streams.recovery.signing import load_keyring
 
+    bootstrap = bootstrap or local_bootstrap(home)
     command = RecoveryControl(paused=paused, by=getpass.getuser(), reason=reason, ts=time.time_ns())
     command = load_keyring(home / "recovery.key").sign(command)  # the decider obeys only these
     topics = Topics(prefix)
@@ -86,9 +102,9 @@ def _control(bootstrap: str, prefix: str, paused: bool, reason: str, home: Path)
 
 @recovery_app.command()
 def pause(
-    bootstrap: RequiredBootstrapOpt,
+    bootstrap: BootstrapOpt = None,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Stop automated actions: the decider records matches as suppressed until resumed."""
@@ -98,9 +114,9 @@ def pause(
 
 @recovery_app.command()
 def resume(
-    bootstrap: RequiredBootstrapOpt,
+    bootstrap: BootstrapOpt = None,
     reason: Annotated[str, typer.Option(help="Why (recorded with the command).")] = "",
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
 ) -> None:
     """Let the decider act again."""
@@ -110,11 +126,13 @@ def resume(
 
 @recovery_app.command()
 def status(
-    bootstrap: RequiredBootstrapOpt,
-    prefix: PrefixOpt = "rankscope",
+    bootstrap: BootstrapOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Paused or not (the latest signed control command), and the actions by stage."""
+    """Paused or not (the latest signed control command), and the actions by stage (json and
+    csv: one row per stage, the state on each; one row with no stage before any action)."""
     from collections import Counter
 
     from rankscope.kafka_admin import read_topic
@@ -123,6 +141,7 @@ def status(
     from rankscope.schemas.topics import Topics
     from rankscope.streams.recovery.signing import load_keyring
 
+    bootstrap = bootstrap or local_bootstrap(home)
     check_access(bootstrap)  # a refused login: one line, not a traceback
     topics = Topics(prefix)
     control = [
@@ -137,24 +156,26 @@ def status(
     events = [RecoveryEvent.model_validate_json(v) for v in read_topic(bootstrap, topics.recovery)]
     latest = signed[-1] if signed else None
     state = "paused" if latest and latest.paused else "active"
+    last_stage: dict[str, str] = {}
+    for e in events:
+        last_stage[e.key] = e.stage
+    counts = sorted(Counter(last_stage.values()).items())
+    if fmt is not OutputFormat.table:
+        # no action yet: one row with no stage, so the state is always in the output
+        rows = [(state, s, n) for s, n in counts] or [(state, "", 0)]
+        render(("state", "latest_stage", "actions"), rows, fmt)
+        return
     by = f" (by {latest.by}: {latest.reason})" if latest and latest.by else ""
     console.print(f"recovery is [bold]{state}[/]{by}")
     if len(signed) < len(control):
         console.print(f"{len(control) - len(signed)} unsigned or forged command(s) ignored")
-    last_stage: dict[str, str] = {}
-    for e in events:
-        last_stage[e.key] = e.stage
-    counts = Counter(last_stage.values())
-    table = Table("latest stage", "actions")
-    for stage_name, n in sorted(counts.items()):
-        table.add_row(stage_name, str(n))
-    console.print(table)
+    render(("latest stage", "actions"), counts, fmt)
 
 
 @recovery_app.command()
 def run(
-    bootstrap: RequiredBootstrapOpt,
-    prefix: PrefixOpt = "rankscope",
+    bootstrap: BootstrapOpt = None,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
     actuator: Annotated[
         str, typer.Option(help="dry-run, webhook, slurm or kubernetes")
@@ -183,6 +204,7 @@ def run(
     kube_token_file: Annotated[Path, typer.Option(help="Service-account token file.")] = Path(
         "/var/run/secrets/kubernetes.io/serviceaccount/token"
     ),
+    metrics_port: MetricsPortOpt = METRICS_PORTS["runner"],
 ) -> None:
     """Run signed recovery decisions through an actuator, each key at most once (ledger and
     signing key in HOME); refusals (unsigned, forged, replayed, expired, invalid identifiers)
@@ -204,6 +226,7 @@ def run(
     from rankscope.sinks.actuators.webhook import WebhookActuator, WebhookConfig
     from rankscope.streams.recovery.signing import load_keyring
 
+    bootstrap = bootstrap or local_bootstrap(home)
     act: Actuator
     pager: Actuator = (
         WebhookActuator(WebhookConfig(url=webhook_url)) if webhook_url else DryRunActuator()
@@ -252,4 +275,10 @@ def run(
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    run_loop(runner, consumer, producer, topic, lambda: stop)
+    outcomes: Counter[str] = Counter()
+    port = port_or_off(metrics_port)
+    if port is not None:
+        from rankscope.observability.exporters import serve_runner
+
+        serve_runner(outcomes, bootstrap, port)
+    run_loop(runner, consumer, producer, topic, lambda: stop, outcomes=outcomes)

@@ -9,13 +9,19 @@ import typer
 from rich.table import Table
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
+    EXIT_CHECK_FAILED,
     ClickHouseOpt,
     DatabaseOpt,
+    FormatOpt,
     HomeOpt,
+    OutputFormat,
     RulesOpt,
     console,
+    err,
     local_clickhouse_url,
+    render,
 )
 
 redaction_app = typer.Typer(
@@ -58,8 +64,8 @@ def review(
 ) -> None:
     """Measure the rules on the labelled corpus and write the security review report.
 
-    Exits 1 when a recall or false-positive threshold of the rules file is not met, so CI can
-    gate on it.
+    Exits 1 when a recall or false-positive threshold of the rules file (``thresholds:``) is not
+    met, or the pre-filter changed findings, so CI can gate on it.
     """
     from rankscope.redaction.engine import PresidioRedactor
     from rankscope.redaction.report import write_review
@@ -100,7 +106,12 @@ def review(
     if changes:
         console.print(f"{len(changes)} change(s) since {since}")
     console.print(f"report: [bold]{paths.html}[/] (and .md, .json)")
-    raise typer.Exit(0 if ev.passed else 1)
+    if not ev.passed:
+        failed = [g.name for g in ev.gates if not g.passed]
+        if ev.prefilter_disagreements:
+            failed.append("pre-filter agreement")
+        err.print(f"rankscope: redaction review: failed {len(failed)} gate(s): {', '.join(failed)}")
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 @redaction_app.command()
@@ -108,16 +119,22 @@ def audit(
     job: Annotated[str | None, typer.Option(help="Only this job.")] = None,
     hours: Annotated[float, typer.Option(help="Look back this many hours.")] = 24.0,
     by: Annotated[
-        str, typer.Option(help="Group by: entity, field, kind, rule (comma-separated).")
-    ] = "kind,field,entity,action",
+        str,
+        typer.Option(
+            help="Group by: stage (agent, exporter, stream), kind, field, entity, rule, action "
+            "(comma-separated)."
+        ),
+    ] = "stage,kind,field,entity,action",
     clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
+    fmt: FormatOpt = OutputFormat.table,
 ) -> None:
     """What redaction found and did: counts per kind, field, entity and rule (never values)."""
     from rankscope.sinks.clickhouse import check_database_name, connect
 
-    allowed = {"kind", "field", "entity", "rule", "action", "job_id", "cluster", "rules_version"}
+    allowed = {"stage", "kind", "field", "entity", "rule", "action", "job_id", "cluster"}
+    allowed.add("rules_version")
     cols = [c.strip() for c in by.split(",") if c.strip()]
     bad = [c for c in cols if c not in allowed]
     if bad or not cols:
@@ -142,6 +159,10 @@ def audit(
         + " AND ts >= now() - toIntervalSecond({secs:UInt64})",
         parameters=params,
     ).result_rows[0][0]
+    if fmt is not OutputFormat.table:
+        names = [*cols, "findings", "first", "last"]
+        render(names, [[r[c] for c in names] for r in rows], fmt)
+        return
     table = Table(*cols, "findings", "windows (UTC)", title="redaction audit")
     for r in rows:
         first, last = (f"{r[k]:%m-%d %H:%M}" for k in ("first", "last"))

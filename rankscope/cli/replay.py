@@ -10,23 +10,26 @@ import typer
 
 from rankscope.cli.options import (
     DEFAULT_HOME,
+    DEFAULT_PREFIX,
+    BootstrapOpt,
+    ClickHouseOpt,
     DatabaseOpt,
     HomeOpt,
     PrefixOpt,
-    RequiredBootstrapOpt,
-    RequiredClickHouseOpt,
     WorkersOpt,
     console,
     err,
+    local_bootstrap,
+    local_clickhouse_url,
     make_settings,
 )
 
 
 def replay(
-    bootstrap: RequiredBootstrapOpt,
-    clickhouse_url: RequiredClickHouseOpt,
+    bootstrap: BootstrapOpt = None,
+    clickhouse_url: ClickHouseOpt = None,
     database: DatabaseOpt = "rankscope_replay",
-    prefix: PrefixOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
     workers: WorkersOpt = 1,
     drop: Annotated[
@@ -39,7 +42,9 @@ def replay(
     from rankscope.replay import ReplayError, run_replay
 
     logging.getLogger("rankscope.collectors.publisher.librdkafka").setLevel(logging.ERROR)
-    settings = make_settings(home, bootstrap, clickhouse_url, prefix, database)
+    broker = bootstrap or local_bootstrap(home)
+    url = clickhouse_url or local_clickhouse_url(home)
+    settings = make_settings(home, broker, url, prefix, database)
     try:
         report = run_replay(settings, console, workers=workers, drop=drop, timeout_s=timeout)
     except ReplayError as exc:

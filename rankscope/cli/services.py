@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
     BootstrapOpt,
     ClickHouseOpt,
@@ -30,7 +31,7 @@ def services_up(
     home: HomeOpt = DEFAULT_HOME,
     bootstrap: BootstrapOpt = None,
     clickhouse_url: ClickHouseOpt = None,
-    database: DatabaseOpt = "rankscope",
+    database: DatabaseOpt = DEFAULT_DATABASE,
 ) -> None:
     """Start the local broker and engine (left running; stop with `services down`); the
     engine's writer and reader users are granted on --database."""

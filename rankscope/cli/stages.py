@@ -9,46 +9,63 @@ from typing import Annotated
 import typer
 
 from rankscope.cli.options import (
+    DEFAULT_DATABASE,
     DEFAULT_HOME,
+    DEFAULT_PREFIX,
+    METRICS_PORTS,
+    BootstrapOpt,
+    ClickHouseOpt,
     DatabaseOpt,
     HomeOpt,
+    MetricsPortOpt,
     PrefixOpt,
-    RequiredBootstrapOpt,
-    RequiredClickHouseOpt,
     err,
+    local_bootstrap,
+    local_clickhouse_url,
     make_settings,
+    port_or_off,
 )
 
 
 def worker(
-    bootstrap: RequiredBootstrapOpt,
+    bootstrap: BootstrapOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    prefix: PrefixOpt = "rankscope",
-    log_level: str = "warn",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    log_level: Annotated[
+        str, typer.Option(help="faust's log level: debug, info, warn or error.")
+    ] = "warn",
+    metrics_port: MetricsPortOpt = METRICS_PORTS["worker"],
 ) -> None:
-    """Run a faust stream worker (validate, windows) in the foreground."""
+    """Run a stream worker (faust) in the foreground: validate and redact the raw topics
+    (agents' events, OpenTelemetry Collector spans and logs; bad records to dead letters),
+    build the per-rank windows, detect and attribute incidents, and decide recovery actions
+    (signed, for `rankscope recovery run`). Workers sharing --topic-prefix split the partitions."""
     from rankscope.streams.app import run_worker
 
-    cfg = make_settings(home, bootstrap, prefix=prefix).streams(bootstrap)
-    run_worker(cfg.model_copy(update={"log_level": log_level}))
+    broker = bootstrap or local_bootstrap(home)
+    cfg = make_settings(home, broker, prefix=prefix).streams(broker)
+    run_worker(cfg.model_copy(update={"log_level": log_level}), port_or_off(metrics_port))
 
 
 def sink(
-    bootstrap: RequiredBootstrapOpt,
-    clickhouse_url: RequiredClickHouseOpt,
+    bootstrap: BootstrapOpt = None,
+    clickhouse_url: ClickHouseOpt = None,
     home: HomeOpt = DEFAULT_HOME,
-    prefix: PrefixOpt = "rankscope",
-    database: DatabaseOpt = "rankscope",
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    database: DatabaseOpt = DEFAULT_DATABASE,
     max_batch_rows: Annotated[
         int, typer.Option(help="Rows per ClickHouse insert, at most.")
     ] = 50_000,
+    metrics_port: MetricsPortOpt = METRICS_PORTS["sink"],
 ) -> None:
     """Run the ClickHouse sink in the foreground (batched, idempotent, commit after write)."""
     from rankscope.sinks.kafka_sink import run_sink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg = make_settings(home, bootstrap, clickhouse_url, prefix, database).sink(
-        bootstrap, clickhouse_url
+    broker = bootstrap or local_bootstrap(home)
+    url = clickhouse_url or local_clickhouse_url(home, role="writer")
+    cfg = make_settings(home, broker, url, prefix, database).sink(broker, url)
+    stats = run_sink(
+        cfg.model_copy(update={"max_batch_rows": max_batch_rows}), port_or_off(metrics_port)
     )
-    stats = run_sink(cfg.model_copy(update={"max_batch_rows": max_batch_rows}))
     err.print(f"sink stopped: {stats}")

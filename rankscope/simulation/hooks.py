@@ -47,16 +47,6 @@ _ZERO_RATES: dict[str, float] = {
 }
 _NS = 1_000_000_000
 _GIB = 1 << 30
-#: gpu_sample fields only dcgm-exporter fills (issue 17): the simulated NVML sample has none, and
-#: ``fast_model`` needs every field named
-_DCGM_ONLY: dict[str, Any] = {"source": ""} | {
-    name: None
-    for name in (
-        "sm_active_pct", "sm_occupancy_pct", "tensor_active_pct", "dram_active_pct",
-        "gr_engine_active_pct", "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s",
-        "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s", "nvlink_bandwidth_total",
-    )
-}  # fmt: skip
 #: average all-reduce traffic per port while the job makes progress (4-byte words/s, ~15 GB/s)
 _TRAFFIC_WORDS_PER_S = 3.75e9
 
@@ -163,7 +153,6 @@ class SimulatorHooks:
                 "ecc_dbe_total": 0,
                 "remapped_rows": None,
                 "nvlink_errors_total": None,
-                **_DCGM_ONLY,
             },
         )
 

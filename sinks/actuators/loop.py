@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -32,9 +33,11 @@ def run_loop(
     topic: str,
     stop: Callable[[], bool],
     emit: Callable[[dict[str, object]], None] = log_line,
+    outcomes: Counter[str] | None = None,
 ) -> None:
     """Until ``stop()``: read decisions, run each once, publish the outcomes. The caller makes
-    the clients (and so their security settings); the consumer is closed at the end."""
+    the clients (and so their security settings); the consumer is closed at the end.
+    ``outcomes`` counts the published outcomes by stage (the runner's metrics read it)."""
     consumer.subscribe([topic])
     waiting: list[tuple[RecoveryEvent, str]] = []  # decisions still in their backoff
     announced: set[str] = set()  # keys whose wait was logged
@@ -70,6 +73,8 @@ def run_loop(
                     topic, key=outcome.job_id.encode(), value=outcome.model_dump_json()
                 )
                 emit({"key": outcome.key, "stage": outcome.stage, "reason": outcome.reason[:200]})
+                if outcomes is not None:
+                    outcomes[outcome.stage] += 1
             producer.flush(30)
             # a decision waiting for its backoff must be read again after a restart, so offsets
             # are committed only when none waits (the ledger drops what already ran)

@@ -3,7 +3,8 @@
 ``traces`` (spans -> ``span/1``), ``logs`` (NCCL/PyTorch lines -> ``comm_event/1``), ``wire``
 (which of ``otlp_proto``/``otlp_json`` a record is) and ``record`` (one record of a signal ->
 events, the validate stage's entry point). Importing this package loads the traces decoder only:
-the logs decoder reaches the agent's line parser (``nccl_lines``), loaded when logs are decoded.
+the logs decoder uses the NCCL line grammar it shares with the agent
+(``rankscope.schemas.comm_lines``).
 """
 
 from rankscope.streams.otlp.common import OtlpDecodeError, otlp_attributes

@@ -2,7 +2,7 @@
 
 Why: clusters that already ship training logs through an OpenTelemetry Collector need not run
 the agent's NCCL log collector too. Each log record whose body is a string is split into lines
-and each line goes through the agent's own parser (:mod:`rankscope.streams.otlp.nccl_lines`);
+and each line goes through the agent's own parser (:mod:`rankscope.schemas.comm_lines`);
 lines the parser does not recognise (the bulk of any log) are counted and dropped: rankscope
 has no table for arbitrary log text, and keeping it would only widen what redaction must catch.
 
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, LogsData
 from pydantic import ValidationError
 
+from rankscope.schemas.comm_lines import comm_payload, parse_line
 from rankscope.schemas.events import CommEventEvent
 from rankscope.schemas.otel_mapping import (
     CLUSTER_KEYS,
@@ -39,7 +40,6 @@ from rankscope.schemas.otel_mapping import (
     RANK_KEYS,
 )
 from rankscope.streams.otlp.common import OtlpDecodeError, otlp_attributes
-from rankscope.streams.otlp.nccl_lines import comm_payload, parse_line
 from rankscope.streams.otlp.wire import parse_otlp
 
 __all__ = ["LogsDecoded", "decode_otlp_logs"]

@@ -186,6 +186,7 @@ class AnalysisStage:
         detections, incidents = analyzer.flush() if flush else analyzer.take()
         for d in detections:
             self.counters.detections += 1
+            self.counters.detections_by_type[d.detection_type] += 1
             await self.topics.detections.send(
                 key=d.job_id.encode(), value=d.model_dump_json().encode()
             )

@@ -116,6 +116,7 @@ class DeciderHost:
     async def publish_recovery(self, events: list[RecoveryEvent]) -> None:
         for r in events:
             self.counters.recovery_events += 1
+            self.counters.recovery_by_action[r.stage, r.action] += 1
             await self.topics.recovery.send(
                 key=r.job_id.encode(), value=r.model_dump_json().encode()
             )

@@ -7,6 +7,8 @@ stage's module, and ``create_app`` builds the topics once for all of them.
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import faust
@@ -36,6 +38,17 @@ class StageCounters:
     events_over_job_caps: int = 0
     otlp_lines_ignored: int = 0  # OTLP log lines that were not NCCL/PyTorch lines
     started_wall: float = field(default_factory=time.time)
+    # breakdowns of the totals above, counted in the same places (exported as metrics)
+    records_by_topic: Counter[str] = field(default_factory=Counter)
+    dead_letters_by_reason: Counter[str] = field(default_factory=Counter)
+    findings_by_entity: Counter[tuple[str, str]] = field(default_factory=Counter)  # entity, action
+    detections_by_type: Counter[str] = field(default_factory=Counter)
+    recovery_by_action: Counter[tuple[str, str]] = field(default_factory=Counter)  # stage, action
+    #: records behind per (topic, partition), and when the timer last ran (monotonic)
+    lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    ticked: float = field(default_factory=time.monotonic)
+    #: seconds from a window's end to its emission; the metrics histogram when exported
+    observe_close_delay: Callable[[float], None] = field(default=lambda seconds: None)
 
     def summary(self) -> str:
         """One log line: what the worker did since it started."""

@@ -81,6 +81,7 @@ class ValidateStage:
                     )
                     result = ValidationResult(dead=[internal_error_letter(event.value, ref, exc)])
                 counters.records_in += 1
+                counters.records_by_topic[msg.topic] += 1
                 counters.otlp_lines_ignored += result.ignored
                 if result.events:
                     counters.events_valid += len(result.events)
@@ -92,6 +93,7 @@ class ValidateStage:
                             key=q.job_id.encode(), value=q.model_dump_json().encode()
                         )
                     for a in redacted.audit:
+                        counters.findings_by_entity[a.entity, a.action] += a.count
                         await topics.audit.send(
                             key=a.job_id.encode(), value=a.model_dump_json().encode()
                         )
@@ -112,6 +114,7 @@ class ValidateStage:
                         )
                 for dead in result.dead:
                     counters.dead_letters += 1
+                    counters.dead_letters_by_reason[dead.reason_code] += 1
                     await topics.deadletter.send(
                         key=dead.dead_letter_id.encode(), value=dead.model_dump_json().encode()
                     )

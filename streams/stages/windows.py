@@ -87,6 +87,7 @@ class WindowsStage:
     async def emit(self, windows: list[RankWindow]) -> None:
         for w in windows:
             self.counters.windows_emitted += 1
+            self.counters.observe_close_delay((w.emitted_ts - w.window_end_ns) / 1e9)
             await self.topics.windows.send(
                 key=w.job_id.encode(), value=w.model_dump_json().encode()
             )

@@ -370,5 +370,47 @@ out += [
     "tokens, W&B keys outside `WANDB_API_KEY`.",
     "",
 ]
+# ---- PII forms (phones, IPv6, cards): the regions come from the rules' settings -------------
+regions = ", ".join(rules["settings"]["phone_regions"])
+out += [
+    "## PII forms: phone numbers, IP addresses, payment cards",
+    "",
+    "Measured on `tests/data/redaction/pii-eval-corpus.jsonl` (its README says how it is",
+    "built) and gated by `tests/test_redaction_pii_eval.py`.",
+    "",
+    "| entity | forms | recognizers | source of the format |",
+    "|---|---|---|---|",
+    "| PHONE_NUMBER | international: `+CC`, E.164, `00 CC`, `00CC`, `011 CC` of any country |"
+    " `presidio_phone` (libphonenumber's matcher, regions US, GB, IN) |"
+    " ITU-T E.164; libphonenumber metadata |",
+    f"| PHONE_NUMBER | national, trunk prefix and separators as the country writes them (spaces,"
+    f" dashes, dots, `(area)`, none), regions {regions} (`settings.phone_regions`) |"
+    " `phone_national` (one regex of national shapes; each candidate must be"
+    " `is_valid_number` in a configured region and its digits those of"
+    " `format_number(NATIONAL)`; a bare run without trunk prefix only after a context word"
+    " such as phone, tel, call, contact) | national numbering plans as libphonenumber"
+    " encodes them |",
+    "| IP_ADDRESS | IPv4; IPv6 full, `::` compressed, `::1`, `fe80::`, zone id `%eth0`,"
+    " `[addr]:port`, IPv4-mapped and embedded, any case, CIDR |"
+    " `presidio_ip`, `nccl_gid_ipv4` | RFC 4291 section 2.2, RFC 5952, RFC 4007 section 11 |",
+    "| IP_ADDRESS | IPv6 after an interface name, as NCCL prints it"
+    " (`[1]veth0:fe80::...%veth0<0>`) | `ipv6_after_interface` (checked with `ipaddress`) |"
+    " NCCL INFO lines in NVIDIA/nccl issue 529 |",
+    "| CREDIT_CARD | 13-17 digits (Presidio), Mastercard 2221-2720 | `presidio_credit_card`,"
+    " `mastercard_2_series` | ISO/IEC 7812 |",
+    "| CREDIT_CARD | 12-digit Maestro (5018, 5020, 5038, 5893, 6304, 6759, 6761-6763),"
+    " 13-digit Visa in 4-4-5 groups, 18-19-digit Visa, Maestro, UnionPay (62), Discover"
+    " (6011, 644-649, 65), JCB (3528-3589), Mir (2200-2204); plain, spaces or dashes;"
+    " Luhn checked |"
+    " `payment_card_long` | issuer ranges and lengths of ISO/IEC 7812 as listed on"
+    " Wikipedia's Payment card number page |",
+    "",
+    "Left alone (allow-lists and shapes): GPU/MIG UUIDs, PCI ids, NCCL comm ids, versions",
+    "(but not `06.12.34.56.78`, a French number), IPv4 addresses with valid octets (but not",
+    "`810.12.34.56`, a Spanish number), whatever follows `::ffff:`, C++/Rust scopes",
+    "(`std::vector`, `a::b`), MAC addresses, clock times, ISO dates, counters, quantities with",
+    "units and ports.",
+    "",
+]
 Path("docs/redaction-formats.md").write_text("\n".join(out))
 print(len(rows))

@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
-from rankscope.collectors.nccl_log.patterns import (
+from rankscope.schemas.comm_lines.patterns import (
     _ABORT_PHRASES,
     _ABORTED_ON_RANK_RE,
     _CLOSED_RE,
@@ -35,7 +35,7 @@ from rankscope.collectors.nccl_log.patterns import (
     _VENDOR_RE,
     _WORK_SEQ_RE,
 )
-from rankscope.collectors.nccl_log.prefixes import LinePrefix, LogTime, strip_prefixes
+from rankscope.schemas.comm_lines.prefixes import LinePrefix, LogTime, strip_prefixes
 from rankscope.schemas.payloads import CommEventType
 
 

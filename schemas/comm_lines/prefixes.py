@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final, NamedTuple
 
-from rankscope.collectors.nccl_log.patterns import (
+from rankscope.schemas.comm_lines.patterns import (
     _ISO_CLOCK_RE,
     _JOURNAL_IDENT_RE,
     _LABEL_RE,

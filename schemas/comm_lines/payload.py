@@ -1,25 +1,19 @@
-"""The one place ``streams`` reaches into ``collectors``: the NCCL/PyTorch line parser.
+"""A parsed line -> the ``comm_event`` payload, with the field bounds the schema allows.
 
-Why: a log line shipped by an OpenTelemetry Collector's filelog receiver must become the same
-``comm_event`` as the line read by the node agent's NCCL log collector, so it goes through the
-same parser (``collectors/nccl_log/parsing.py``, pure, no I/O). Data flows collectors -> schemas
--> streams, and the parser does not live in ``schemas`` yet; importing it through this module
-alone keeps the crossing to one line, to change when the parser moves to a shared module
-(docs/decisions.md, "NCCL lines from the Collector use the agent's parser").
-
-The payload mapping below mirrors ``NcclLogCollector._event`` (same bounds, same fields);
-tests/test_otlp_collector.py stores a line both ways and compares the rows, so a drift fails.
+One mapping for the agent's NCCL log collector and the worker's OTLP logs decoder, so a line
+stores the same whichever way it came (tests/test_otlp_collector.py compares the rows).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from rankscope.collectors.nccl_log.parsing import ParsedCommLine, parse_line
+from rankscope.schemas.comm_lines.parsing import ParsedCommLine
 from rankscope.schemas.payloads import CommEvent
 
-__all__ = ["ParsedCommLine", "comm_payload", "parse_line"]
+__all__ = ["comm_payload"]
 
+#: bounds of ShortText / LongText fields (schemas/envelope.py), cut here rather than refused
 _SHORT: Final = 256
 _LONG: Final = 16_384
 

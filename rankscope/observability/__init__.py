@@ -1,0 +1,1 @@
+"""Self-monitoring of rankscope's long-running processes: metrics and health endpoints."""
