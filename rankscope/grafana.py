@@ -145,6 +145,7 @@ GPU_FILTER = f"{JOB_FILTER} AND $__timeFilter(ts) AND has({NODES}, node)"
 STEP_FILTER = (
     f"{JOB_FILTER} AND $__timeFilter(ts) AND phase = 'step' AND has({RANKS}, toString(rank))"
 )
+FABRIC_FILTER = f"$__timeFilter(ts) AND cluster = {CLUSTER} AND has({NODES}, node)"
 COMPUTE_FILTER = f"{JOB_FILTER} AND $__timeFilter(ts) AND phase IN ('forward', 'backward')"
 #: lines a per-rank (per-GPU) time series panel draws at most, whatever the job size
 TOP_K = 10
@@ -366,12 +367,18 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
             PanelSpec(
-                "IB transmit rate per node (bytes/s)",
+                f"IB transmit rate of the {TOP_K} nodes sending least (bytes/s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, node, "
                 f"sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM {DB}.fabric_counters "
-                f"WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
-                f"AND has({NODES}, node) GROUP BY time, node ORDER BY time",
+                f"WHERE {FABRIC_FILTER} AND "
+                + top_k(
+                    "node",
+                    "fabric_counters",
+                    FABRIC_FILTER,
+                    "sum(rates_per_s['port_xmit_data']) ASC",
+                )
+                + " GROUP BY time, node ORDER BY time",
                 fmt="time_series",
                 unit="Bps",
                 width=24,
