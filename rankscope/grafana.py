@@ -4,16 +4,23 @@ Panels query the official ClickHouse datasource plugin with raw SQL: the plugin'
 (``$__timeFilter(ts)``, ``$__timeInterval(ts)``) and dashboard variables (``cluster``, ``job``,
 ``node``, ``rank``). Where a panel answers a question of the named SQL library it runs that
 file, its parameters bound to variables, so the dashboards and the CLI cannot drift apart.
-Table names are unqualified: the datasource's default database applies.
+The datasource and the database are dashboard variables too (``datasource``, of the plugin's
+type; ``database``, default ``rankscope``): the dashboards load in any Grafana with the plugin,
+whatever the datasource's uid and default database. Targets are the plugin's v4 query model
+(``rankscope.grafana_query``).
 
 Variables reach the SQL only percent-encoded and decoded by ClickHouse (``value_of``,
 ``values_of``): Grafana's ``percentencode`` format writes nothing but ``A-Z a-z 0-9 - _ . ~ %``,
 so no value (job ids and node names come from telemetry) can close the string literal it sits
 in, whatever quotes or backslashes it holds. ``singlequote`` and ``sqlstring`` leave ``\\``
-alone, which ClickHouse reads as an escape; they are not used.
+alone, which ClickHouse reads as an escape; they are not used. The database, an identifier,
+is written `` `${database:percentencode}` ``: in a back-quoted identifier none of those
+characters can end it or start a comment, so an odd value names a database that does not
+exist, nothing else.
 
-``expand`` does what Grafana and the plugin do to a panel's SQL before it reaches ClickHouse;
-the tests run every panel that way against an engine loaded with a simulated job.
+``rankscope.grafana_expand.expand`` does what Grafana and the plugin do to a panel's SQL before
+it reaches ClickHouse; the tests run every panel that way against an engine loaded with a
+simulated job.
 
 The built JSON ships in the package (``rankscope/dashboards``: what compose provisions and
 ``packaged_dashboards`` lists); after changing a dashboard here, refresh it with
@@ -23,11 +30,7 @@ The built JSON ships in the package (``rankscope/dashboards``: what compose prov
 from __future__ import annotations
 
 import json
-import math
-import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,11 +39,19 @@ from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries
 from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog import variants as cogvariants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef
+from grafana_foundation_sdk.models.common import HeatmapCellLayout
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    DynamicConfigValue,
+    VariableOption,
+)
 
+from rankscope import grafana_query as chq
 from rankscope.sinks.named_queries import load_queries
 
-DATASOURCE = DataSourceRef(type_val="grafana-clickhouse-datasource", uid="rankscope-clickhouse")
+#: every panel and variable queries the datasource the ``datasource`` variable selects
+DATASOURCE = DataSourceRef(type_val=chq.PLUGIN_ID, uid="${datasource}")
+DEFAULT_DATABASE = "rankscope"
 #: the built dashboards, package data (``write_dashboards`` writes wherever it is told)
 DASHBOARDS_DIR = Path(__file__).with_name("dashboards")
 Format = Literal["table", "time_series"]
@@ -53,14 +64,15 @@ class _ClickHouseQuery(cogvariants.Dataquery):
         self.ref_id, self.sql, self.fmt = ref_id, sql, fmt
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "refId": self.ref_id,
-            "datasource": {"type": DATASOURCE.type_val, "uid": DATASOURCE.uid},
-            "editorType": "sql",
-            "queryType": "timeseries" if self.fmt == "time_series" else "table",
-            "format": 0 if self.fmt == "time_series" else 1,
-            "rawSql": self.sql,
-        }
+        series = self.fmt == "time_series"
+        return chq.ClickHouseSqlQuery(
+            ref_id=self.ref_id,
+            datasource=chq.DataSourceRef(type=DATASOURCE.type_val, uid=DATASOURCE.uid),
+            plugin_version=chq.PLUGIN_VERSION,
+            raw_sql=self.sql,
+            query_type=chq.QueryType.TIMESERIES if series else chq.QueryType.TABLE,
+            format=chq.Format.TIME_SERIES if series else chq.Format.TABLE,
+        ).to_target()
 
 
 class ClickHouseSql(cogbuilder.Builder[cogvariants.Dataquery]):
@@ -93,17 +105,26 @@ def values_of(name: str) -> str:
     )
 
 
+def identifier_of(name: str) -> str:
+    """SQL (a quoted identifier) for the value of the single-valued variable ``name``: the
+    ``percentencode`` alphabet cannot close a back-quoted identifier (no `` ` `` or ``\\``)
+    nor start a comment inside one. A name outside ``A-Z a-z 0-9 - _ . ~`` arrives encoded."""
+    return f"`${{{name}:percentencode}}`"
+
+
 #: every way a dashboard's SQL may use a variable; tests refuse any other
 CLUSTER, JOB = value_of("cluster"), value_of("job")
 NODES, RANKS = values_of("node"), values_of("rank")
+DB = identifier_of("database")
 MULTI_VARIABLES = ("node", "rank")
+IDENTIFIER_VARIABLES = ("database",)
 
 
 def named(name: str, **params: str) -> str:
     """A named query's SQL for a panel: its parameters bound to SQL expressions (variables as
-    ``value_of`` gives them), the database left to the datasource."""
+    ``value_of`` gives them), the database the ``database`` variable."""
     q = load_queries()[name]
-    sql = q.sql.replace("{db:Identifier}.", "")
+    sql = q.sql.replace("{db:Identifier}.", f"{DB}.")
     for p in q.params:
         value = params.get(p.name)
         if value is None:
@@ -120,6 +141,36 @@ def _literal(ptype: str, value: str) -> str:
 
 # -- the dashboards ------------------------------------------------------------------------------
 JOB_FILTER = f"cluster = {CLUSTER} AND job_id = {JOB}"
+GPU_FILTER = f"{JOB_FILTER} AND $__timeFilter(ts) AND has({NODES}, node)"
+STEP_FILTER = (
+    f"{JOB_FILTER} AND $__timeFilter(ts) AND phase = 'step' AND has({RANKS}, toString(rank))"
+)
+FABRIC_FILTER = f"$__timeFilter(ts) AND cluster = {CLUSTER} AND has({NODES}, node)"
+COMPUTE_FILTER = f"{JOB_FILTER} AND $__timeFilter(ts) AND phase IN ('forward', 'backward')"
+#: lines a per-rank (per-GPU) time series panel draws at most, whatever the job size
+TOP_K = 10
+#: the hours since the dashboard's start, for named queries that take ``hours``
+SINCE_FROM = "toUInt32((now() - $__fromTime) / 3600 + 1)"
+
+
+def top_k(column: str, table: str, where: str, order: str) -> str:
+    """``column IN (...)``: the ``TOP_K`` values of ``column`` first by ``order`` (an aggregate,
+    with its direction) among ``table``'s rows matching ``where``; ties go to the lowest."""
+    return (
+        f"{column} IN (SELECT {column} FROM {DB}.{table} WHERE {where} "
+        f"GROUP BY {column} ORDER BY {order}, {column} LIMIT {TOP_K})"
+    )
+
+
+def drill_down(uid: str, variable: str, carry: tuple[str, ...]) -> dict[str, str]:
+    """A data link opening dashboard ``uid`` for the clicked value as ``variable``, with the time
+    range and the ``carry`` variables (datasource and database always) as they are here."""
+    params = [
+        "${__url_time_range}",
+        *(f"${{{v}:queryparam}}" for v in ("datasource", "database", *carry)),
+        f"var-{variable}=${{__value.raw:percentencode}}",
+    ]
+    return {"title": f"Open {uid} for this {variable}", "url": f"/d/{uid}/{uid}?{'&'.join(params)}"}
 
 
 @dataclass(frozen=True)
@@ -132,6 +183,8 @@ class PanelSpec:
     width: int = 12
     height: int = 8
     description: str = ""
+    #: column name -> data link (``drill_down``) on its cells
+    links: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -146,17 +199,19 @@ class DashboardSpec:
 def _variables() -> dict[str, str]:
     """Variable name -> its query (each narrows by the ones before it)."""
     return {
-        "cluster": "SELECT DISTINCT cluster FROM spans WHERE $__timeFilter(ts) ORDER BY cluster",
+        "cluster": (
+            f"SELECT DISTINCT cluster FROM {DB}.spans WHERE $__timeFilter(ts) ORDER BY cluster"
+        ),
         "job": (
-            f"SELECT job_id FROM spans WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
+            f"SELECT job_id FROM {DB}.spans WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
             "GROUP BY job_id ORDER BY max(ts) DESC"
         ),
         "node": (
-            f"SELECT DISTINCT node FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+            f"SELECT DISTINCT node FROM {DB}.spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
             "ORDER BY node"
         ),
         "rank": (
-            f"SELECT DISTINCT rank FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
+            f"SELECT DISTINCT rank FROM {DB}.spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
             "ORDER BY rank"
         ),
     }
@@ -177,12 +232,13 @@ DASHBOARDS: list[DashboardSpec] = [
                     cluster=CLUSTER,
                 ),
                 width=24,
+                links={"job_id": drill_down("rankscope-job", "job", ("cluster",))},
             ),
             PanelSpec(
                 "Incidents per hour by cause",
                 "timeseries",
                 "SELECT $__timeInterval(first_cause_ts) AS time, cause_class, count() AS incidents "
-                "FROM incidents FINAL WHERE $__timeFilter(first_cause_ts) "
+                f"FROM {DB}.incidents FINAL WHERE $__timeFilter(first_cause_ts) "
                 f"AND cluster = {CLUSTER} GROUP BY time, cause_class ORDER BY time",
                 fmt="time_series",
             ),
@@ -190,7 +246,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "GPU utilisation by job (from the per-minute rollup)",
                 "timeseries",
                 "SELECT $__timeInterval(minute) AS time, job_id, avgMerge(util_avg) AS util "
-                "FROM gpu_minute WHERE minute >= toStartOfMinute($__fromTime) "
+                f"FROM {DB}.gpu_minute WHERE minute >= toStartOfMinute($__fromTime) "
                 "AND minute <= $__toTime AND job_id != '' "
                 "GROUP BY time, job_id ORDER BY time",
                 fmt="time_series",
@@ -200,7 +256,8 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Hardware and NCCL errors per hour (from the per-node rollup)",
                 "timeseries",
                 "SELECT $__timeInterval(hour) AS time, sum(xids) AS xids, "
-                "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors FROM node_hour "
+                "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors "
+                f"FROM {DB}.node_hour "
                 "WHERE hour >= toStartOfHour($__fromTime) AND hour <= $__toTime "
                 f"AND cluster = {CLUSTER} GROUP BY time ORDER BY time",
                 fmt="time_series",
@@ -211,15 +268,26 @@ DASHBOARDS: list[DashboardSpec] = [
     DashboardSpec(
         "rankscope-job",
         "rankscope / job drill-down",
-        "One job: per-rank step time heatmap, the incident timeline, GPU utilisation per rank.",
+        "One job: step time heatmap over runs of ranks, the slowest ranks (drill down to their "
+        "nodes), the incident timeline, recovery, and the slowest and least utilised ranks.",
         [
             PanelSpec(
-                "Step time per rank and window (s)",
+                "Step time per run of ranks, worst rank of each run (s)",
                 "heatmap",
-                "SELECT window_start AS time, toString(rank) AS rank, step_time_mean_s AS value "
-                f"FROM rank_windows FINAL WHERE {JOB_FILTER} AND $__timeFilter(window_start) "
-                "ORDER BY time, rank",
+                "SELECT time, ranks, value FROM ("
+                + named("rank_heatmap_buckets", job_id=JOB, interval_s="$__interval_s")
+                + ") WHERE $__timeFilter(time) ORDER BY time, ranks",
+                fmt="time_series",
+                unit="s",
                 width=24,
+                description="At most 64 rows whatever the job size (rank_heatmap_buckets).",
+            ),
+            PanelSpec(
+                f"Slowest {TOP_K} ranks",
+                "table",
+                named("slowest_ranks", job_id=JOB, k=str(TOP_K), hours=SINCE_FROM),
+                width=24,
+                links={"node": drill_down("rankscope-node", "node", ("cluster", "job"))},
             ),
             PanelSpec(
                 "Incident timeline",
@@ -238,20 +306,22 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
             PanelSpec(
-                "GPU utilisation per rank",
+                f"GPU utilisation of the {TOP_K} least utilised ranks",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(sm_util_pct) "
-                f"AS util FROM gpu_samples WHERE {JOB_FILTER} AND $__timeFilter(ts) "
-                f"AND has({NODES}, node) GROUP BY time, rank ORDER BY time",
+                f"AS util FROM {DB}.gpu_samples WHERE {GPU_FILTER} AND "
+                + top_k("rank", "gpu_samples", GPU_FILTER, "avg(sm_util_pct) ASC")
+                + " GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="percent",
             ),
             PanelSpec(
-                "Step time of the selected ranks (s)",
+                f"Step time of the {TOP_K} slowest selected ranks (s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, avg(duration_s) "
-                f"AS step_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) AND phase = 'step' "
-                f"AND has({RANKS}, toString(rank)) GROUP BY time, rank ORDER BY time",
+                f"AS step_s FROM {DB}.spans WHERE {STEP_FILTER} AND "
+                + top_k("rank", "spans", STEP_FILTER, "avg(duration_s) DESC")
+                + " GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="s",
             ),
@@ -269,11 +339,12 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
             PanelSpec(
-                "Compute (forward + backward) time per rank (s)",
+                f"Compute (forward + backward) time of the {TOP_K} slowest ranks (s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, toString(rank) AS rank, sum(duration_s) "
-                f"AS compute_s FROM spans WHERE {JOB_FILTER} AND $__timeFilter(ts) "
-                "AND phase IN ('forward', 'backward') GROUP BY time, rank ORDER BY time",
+                f"AS compute_s FROM {DB}.spans WHERE {COMPUTE_FILTER} AND "
+                + top_k("rank", "spans", COMPUTE_FILTER, "sum(duration_s) DESC")
+                + " GROUP BY time, rank ORDER BY time",
                 fmt="time_series",
                 unit="s",
                 width=24,
@@ -296,12 +367,18 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
             PanelSpec(
-                "IB transmit rate per node (bytes/s)",
+                f"IB transmit rate of the {TOP_K} nodes sending least (bytes/s)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, node, "
-                "sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM fabric_counters "
-                f"WHERE $__timeFilter(ts) AND cluster = {CLUSTER} "
-                f"AND has({NODES}, node) GROUP BY time, node ORDER BY time",
+                f"sum(rates_per_s['port_xmit_data']) * 4 AS xmit_bytes_s FROM {DB}.fabric_counters "
+                f"WHERE {FABRIC_FILTER} AND "
+                + top_k(
+                    "node",
+                    "fabric_counters",
+                    FABRIC_FILTER,
+                    "sum(rates_per_s['port_xmit_data']) ASC",
+                )
+                + " GROUP BY time, node ORDER BY time",
                 fmt="time_series",
                 unit="Bps",
                 width=24,
@@ -319,13 +396,52 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Power per node (W)",
                 "timeseries",
                 "SELECT $__timeInterval(ts) AS time, node, sum(power_w) / "
-                "greatest(uniqExact(ts), 1) * uniqExact(gpu) AS power_w FROM gpu_samples "
+                f"greatest(uniqExact(ts), 1) * uniqExact(gpu) AS power_w FROM {DB}.gpu_samples "
                 f"WHERE {JOB_FILTER} AND $__timeFilter(ts) GROUP BY time, node ORDER BY time",
                 fmt="time_series",
                 unit="watt",
                 width=24,
             ),
         ],
+    ),
+    DashboardSpec(
+        "rankscope-node",
+        "rankscope / node",
+        "The selected nodes of one job: their GPUs, their ranks, their hardware and NCCL errors.",
+        [
+            PanelSpec(
+                f"GPU utilisation of the {TOP_K} least utilised GPUs",
+                "timeseries",
+                "SELECT $__timeInterval(ts) AS time, "
+                "concat(node, ' gpu ', toString(gpu)) AS gpu_id, "
+                f"avg(sm_util_pct) AS util FROM {DB}.gpu_samples WHERE {GPU_FILTER} AND "
+                + top_k("(node, gpu)", "gpu_samples", GPU_FILTER, "avg(sm_util_pct) ASC")
+                + " GROUP BY time, gpu_id ORDER BY time",
+                fmt="time_series",
+                unit="percent",
+                width=24,
+            ),
+            PanelSpec(
+                "Ranks on the selected nodes, slowest first",
+                "table",
+                "SELECT rank, node, avg(step_time_mean_s) AS mean_step_s, "
+                "max(step_time_max_s) AS max_step_s, avg(gpu_util_mean_pct) AS gpu_util_pct "
+                f"FROM {DB}.rank_windows FINAL WHERE {JOB_FILTER} AND has({NODES}, node) "
+                "AND $__timeFilter(window_start) GROUP BY rank, node "
+                "ORDER BY mean_step_s DESC, rank LIMIT 64",
+            ),
+            PanelSpec(
+                "XIDs, link and NCCL errors per hour (from the per-node rollup)",
+                "timeseries",
+                "SELECT $__timeInterval(hour) AS time, sum(xids) AS xids, "
+                "sum(link_errors) AS link_errors, sum(nccl_errors) AS nccl_errors "
+                f"FROM {DB}.node_hour WHERE hour >= toStartOfHour($__fromTime) "
+                f"AND hour <= $__toTime AND cluster = {CLUSTER} AND has({NODES}, node) "
+                "GROUP BY time ORDER BY time",
+                fmt="time_series",
+            ),
+        ],
+        variables=["cluster", "job", "node"],
     ),
     DashboardSpec(
         "rankscope-redaction",
@@ -346,7 +462,7 @@ DASHBOARDS: list[DashboardSpec] = [
                 "Findings over time by entity",
                 "timeseries",
                 "SELECT $__timeInterval(window_start) AS time, entity, sum(count) AS findings "
-                "FROM redaction_audit FINAL WHERE $__timeFilter(window_start) "
+                f"FROM {DB}.redaction_audit FINAL WHERE $__timeFilter(window_start) "
                 "GROUP BY time, entity ORDER BY time",
                 fmt="time_series",
                 width=24,
@@ -372,8 +488,19 @@ def _panel(spec: PanelSpec) -> Any:
         .height(spec.height)
         .span(spec.width)
     )
-    if spec.unit:
+    if spec.kind == "heatmap":
+        # pre-bucketed rows (one field per run of ranks), not a histogram Grafana computes
+        p = (
+            p.calculate(False)
+            .rows_frame(heatmap.RowsHeatmapOptions().layout(HeatmapCellLayout.UNKNOWN))
+            .cell_values(heatmap.CellValues().unit(spec.unit))
+            .y_axis(heatmap.YAxisConfig().reverse(True))
+            .display_name("${__field.labels.ranks}")
+        )
+    elif spec.unit:
         p = p.unit(spec.unit)
+    for column, link in spec.links.items():
+        p = p.override_by_name(column, [DynamicConfigValue(id_val="links", value=[link])])
     if spec.description:
         p = p.description(spec.description)
     return p
@@ -388,6 +515,14 @@ def build_dashboard(spec: DashboardSpec) -> dict[str, Any]:
         .refresh("30s")
         .time("now-6h", "now")
         .timezone("utc")
+    )
+    d = d.with_variable(
+        gd.DatasourceVariable("datasource").label("ClickHouse").type(chq.PLUGIN_ID)
+    ).with_variable(
+        gd.TextBoxVariable("database")
+        .label("database")
+        .default_value(DEFAULT_DATABASE)
+        .current(VariableOption(selected=True, text=DEFAULT_DATABASE, value=DEFAULT_DATABASE))
     )
     queries = _variables()
     for name in spec.variables:
@@ -426,95 +561,16 @@ def write_dashboards(out: Path) -> list[Path]:
     return paths
 
 
-# -- what Grafana and the plugin do to the SQL ---------------------------------------------------
-def _dt(t: datetime) -> str:
-    return f"toDateTime({int(t.timestamp())})"
-
-
-#: what ``encodeURIComponent`` leaves alone, less ``!'()*`` (Grafana escapes those too)
-_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~")
-#: Grafana's variable syntax: ``$name``, ``[[name:format]]``, ``${name.fieldPath:format}``
-VARIABLE_SYNTAX = re.compile(
-    r"\$(\w+)|\[\[(\w+?)(?::(\w+))?\]\]|\$\{(\w+)(?:\.([^:^\}]+))?(?::([^\}]+))?\}"
-)
-
-
-def percent_encode(value: str) -> str:
-    """Grafana's ``encodeURIComponentStrict``: UTF-8 bytes as ``%XX`` (upper-case hex) except
-    ``A-Z a-z 0-9 - _ . ~``. A lone surrogate raises, as ``encodeURIComponent`` throws."""
-    return "".join(
-        c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode("utf-8")) for c in value
-    )
-
-
-def format_value(value: str | list[str], fmt: str | None) -> str:
-    """A variable's value as Grafana's formats write it (a list: a multi-valued variable).
-
-    No format: the ClickHouse plugin's own (a list as ``'a','b'``, nothing escaped, a string as
-    is). The unsafe formats are here so tests can show what they let through."""
-    if fmt is None:
-        return "'" + "','".join(value) + "'" if isinstance(value, list) else value
-    if fmt == "percentencode":
-        return percent_encode("{" + ",".join(value) + "}" if isinstance(value, list) else value)
-    if fmt == "singlequote":
-        items = value if isinstance(value, list) else [value]
-        return ",".join("'" + v.replace("'", "\\'") + "'" for v in items)
-    if fmt == "sqlstring":
-        items = value if isinstance(value, list) else [value]
-        return ",".join("'" + v.replace("'", "''").replace('"', '\\"') + "'" for v in items)
-    if fmt == "raw":
-        return ",".join(value) if isinstance(value, list) else value
-    raise ValueError(f"variable format {fmt!r} is not emulated here")
-
-
-def interpolate(sql: str, variables: Mapping[str, str | list[str]]) -> str:
-    """Grafana's variable interpolation (one pass: a value is never interpolated again).
-
-    Names starting ``__`` are left alone (the plugin's macros); Grafana leaves an unknown
-    variable as written too, but here it raises, so a test cannot miss one."""
-
-    def variable(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2) or m.group(4)
-        fmt = m.group(3) or m.group(6)
-        if name.startswith("__"):
-            return m.group(0)
-        if m.group(5):
-            raise ValueError(f"{m.group(0)}: field paths are not emulated here")
-        return format_value(variables[name], fmt)
-
-    return VARIABLE_SYNTAX.sub(variable, sql)
-
-
-def expand(
-    sql: str,
-    start: datetime,
-    end: datetime,
-    interval_s: float,
-    variables: Mapping[str, str | list[str]],
-) -> str:
-    """The SQL as it reaches ClickHouse: Grafana interpolates the variables in the browser (a
-    string: a single-valued variable, a list: a multi-valued one), then the plugin's backend
-    expands its macros over the whole text."""
-    sql = interpolate(sql, variables)
-
-    def macro(m: re.Match[str]) -> str:
-        name, arg = m.group(1), (m.group(2) or "").strip()
-        if name == "timeFilter":
-            return f"{arg} >= {_dt(start)} AND {arg} <= {_dt(end)}"
-        if name == "timeInterval":
-            seconds = max(math.floor(interval_s), 1)
-            return f"toStartOfInterval(toDateTime({arg}), INTERVAL {seconds} second)"
-        if name == "fromTime":
-            return _dt(start)
-        if name == "toTime":
-            return _dt(end)
-        if name == "interval_s":
-            return str(max(int(interval_s), 1))
-        raise ValueError(f"macro $__{name} is not expanded here")
-
-    return re.sub(r"\$__(\w+)(?:\(([^()]*)\))?", macro, sql)
-
-
 def panels(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, rawSql) of every panel target of a built dashboard."""
     return [(p["title"], t["rawSql"]) for p in doc.get("panels", []) for t in p.get("targets", [])]
+
+
+def variable_queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
+    """("variable NAME", SQL) of every query variable of a built dashboard (the datasource and
+    database variables hold a plugin id and a name, not SQL)."""
+    return [
+        (f"variable {v['name']}", v["query"])
+        for v in doc.get("templating", {}).get("list", [])
+        if v["type"] == "query"
+    ]

@@ -96,6 +96,26 @@ def _group_lag_once(
         probe.close()
 
 
+def watermarks(
+    bootstrap: str,
+    topic_names: list[str],
+    timeout_s: float = 10,
+    security: KafkaSecurity | None = None,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """(topic, partition) -> (first offset still held, offset the next record will get)."""
+    probe = Consumer(kafka_config(bootstrap, security, **{"group.id": "rankscope-ends"}))
+    try:
+        md = probe.list_topics(timeout=timeout_s)
+        return {
+            (t, p): probe.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)
+            for t in topic_names
+            if t in md.topics
+            for p in md.topics[t].partitions
+        }
+    finally:
+        probe.close()
+
+
 def end_offsets(
     bootstrap: str,
     topic_names: list[str],
@@ -103,17 +123,10 @@ def end_offsets(
     security: KafkaSecurity | None = None,
 ) -> dict[tuple[str, int], int]:
     """(topic, partition) -> the offset the next record will get, for every partition now."""
-    probe = Consumer(kafka_config(bootstrap, security, **{"group.id": "rankscope-ends"}))
-    try:
-        md = probe.list_topics(timeout=timeout_s)
-        return {
-            (t, p): probe.get_watermark_offsets(TopicPartition(t, p), timeout=timeout_s)[1]
-            for t in topic_names
-            if t in md.topics
-            for p in md.topics[t].partitions
-        }
-    finally:
-        probe.close()
+    return {
+        tp: high
+        for tp, (_, high) in watermarks(bootstrap, topic_names, timeout_s, security).items()
+    }
 
 
 def committed_offsets(

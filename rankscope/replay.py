@@ -20,7 +20,12 @@ from typing import TYPE_CHECKING
 from clickhouse_connect.driver.client import Client
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from rankscope.kafka_admin import committed_offsets, create_pipeline_topics, end_offsets
+from rankscope.kafka_admin import (
+    committed_offsets,
+    create_pipeline_topics,
+    end_offsets,
+    watermarks,
+)
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.sinks.clickhouse import connect, migrate, storage_tables
 
@@ -86,8 +91,11 @@ def run_replay(
         },
     )
     create_pipeline_topics(cfg.bootstrap, cfg.topics, settings.partitions)
-    ends = end_offsets(cfg.bootstrap, source.all_raw)
-    total = sum(ends.values())
+    # records already deleted or expired (below the low watermark) are not there to be read: a
+    # partition whose records are all gone is never consumed, so nothing commits an offset on it
+    marks = watermarks(cfg.bootstrap, source.all_raw)
+    ends = {tp: high for tp, (_, high) in marks.items()}
+    total = sum(high - low for low, high in marks.values())
     t0 = time.monotonic()
     with (
         Pipeline(cfg) as pipeline,
@@ -103,7 +111,7 @@ def run_replay(
         group = cfg.streams_group
         while True:
             read = committed_offsets(cfg.bootstrap, group, list(ends))
-            done = sum(min(max(read.get(tp, 0), 0), end) for tp, end in ends.items())
+            done = records_read(marks, read)
             progress.update(task, completed=done)
             worker_lag, sink_lag = pipeline.lag()
             # the events topic is the replay's own: all of it processed, and the sink caught up
@@ -117,6 +125,20 @@ def run_replay(
             time.sleep(0.5)
     rows = {t: _count(client, db, t) for t in storage_tables(client, db)}
     return ReplayReport(total, time.monotonic() - t0, {t: n for t, n in rows.items() if n})
+
+
+def records_read(
+    marks: dict[tuple[str, int], tuple[int, int]], committed: dict[tuple[str, int], int]
+) -> int:
+    """Records of ``marks`` (low, high per partition) a group has committed past.
+
+    A partition with no commit counts from its low watermark: one whose records were all
+    deleted or expired is never consumed, so no offset is ever committed on it, and counting it
+    from 0 would keep a replay waiting for records that are not there.
+    """
+    return sum(
+        min(max(committed.get(tp, low), low), high) - low for tp, (low, high) in marks.items()
+    )
 
 
 def _redaction_key(settings: Settings) -> dict[str, str]:

@@ -312,12 +312,14 @@ def test_read_only_profile_cannot_be_lifted() -> None:
 
 
 def test_grafana_datasource_is_the_read_only_user_on_the_pipeline_database() -> None:
-    from rankscope.grafana import DATASOURCE
+    from rankscope.grafana import DATASOURCE, DEFAULT_DATABASE
 
     ds = _clickhouse_datasource()
     data = ds["jsonData"]
     assert ds["type"] == "grafana-clickhouse-datasource"
-    assert (ds["uid"], ds["type"]) == (DATASOURCE.uid, DATASOURCE.type_val)
+    # the dashboards select any datasource of the plugin (a variable), by type, not by uid
+    assert (DATASOURCE.uid, ds["type"]) == ("${datasource}", DATASOURCE.type_val)
+    assert data["defaultDatabase"] == DEFAULT_DATABASE  # the database variable's default
     assert data["host"] in _services() and data["host"] == "clickhouse"
     assert (data["port"], data["protocol"]) == (8123, "http")
     assert data["defaultDatabase"] == _pipeline_env()["RANKSCOPE_DATABASE"]

@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from clickhouse_connect.driver.client import Client
@@ -16,11 +17,14 @@ from clickhouse_connect.driver.client import Client
 from rankscope.grafana import (
     DASHBOARDS,
     DASHBOARDS_DIR,
+    DB,
     _variables,
     build_dashboard,
-    expand,
     panels,
+    variable_queries,
 )
+from rankscope.grafana_expand import expand
+from rankscope.grafana_query import PLUGIN_ID, PLUGIN_VERSION, ClickHouseSqlQuery
 from rankscope.sinks.clickhouse import connect
 from tests.conftest import Services
 from tests.demo_data import DemoData, load_demo
@@ -34,10 +38,15 @@ def demo(services: Services) -> Iterator[tuple[Client, DemoData]]:
 
 
 #: the job each dashboard is looked at with (one that has something to show)
-JOB_FOR = {"rankscope-stragglers": "slow-job", "rankscope-fabric": "ib-job"}
+JOB_FOR = {
+    "rankscope-stragglers": "slow-job",
+    "rankscope-fabric": "ib-job",
+    "rankscope-node": "ib-job",
+}
 
 
 def _variables_for(client: Client, job: str) -> dict[str, str | list[str]]:
+    db = client.database or ""
     nodes = [
         r[0]
         for r in client.query(f"SELECT DISTINCT node FROM spans WHERE job_id = '{job}'").result_rows
@@ -46,7 +55,7 @@ def _variables_for(client: Client, job: str) -> dict[str, str | list[str]]:
         str(r[0])
         for r in client.query(f"SELECT DISTINCT rank FROM spans WHERE job_id = '{job}'").result_rows
     ]
-    return {"cluster": "sim", "job": job, "node": nodes, "rank": ranks}
+    return {"database": db, "cluster": "sim", "job": job, "node": nodes, "rank": ranks}
 
 
 def _window(data: DemoData) -> tuple[dt.datetime, dt.datetime]:
@@ -64,6 +73,51 @@ def test_the_committed_dashboards_are_what_the_code_builds() -> None:
     assert {p.name for p in DASHBOARDS_DIR.glob("*.json")} == {f"{d.uid}.json" for d in DASHBOARDS}
 
 
+def test_the_sdk_is_the_pinned_build_for_a_current_grafana() -> None:
+    """An unpinned or ranged requirement resolves to the SDK's Grafana 10.1 build (highest epoch),
+    whose dashboards carry schemaVersion 36; the pin names the 11.6 build, schemaVersion 41."""
+    from importlib.metadata import version
+
+    assert version("grafana-foundation-sdk").endswith("!11.6.0")
+    for spec in DASHBOARDS:
+        assert build_dashboard(spec)["schemaVersion"] == 41, spec.uid
+
+
+def test_every_dashboard_reads_back_through_the_sdk_models_unchanged() -> None:
+    """Grafana's dashboard schema as the SDK ships it: each committed file parses into the SDK's
+    typed models (panel options through the panel plugin's own model) and encodes back with
+    every key and value kept, so no key is unknown to the schema and no value has the wrong
+    shape (a dropped key would be missing, a mistyped one changed)."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.cog.plugins import register_default_plugins
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    register_default_plugins()
+    for path in DASHBOARDS_DIR.glob("*.json"):
+        doc = json.loads(path.read_text())
+        model = Dashboard.from_json(doc)
+        back = json.loads(json.dumps(model, cls=JSONEncoder))
+        assert not _lost(doc, back), (path.name, _lost(doc, back))
+
+
+def _lost(doc: Any, back: Any, where: str = "") -> list[str]:
+    """Where ``back`` (the SDK's re-encoding) lacks or changed something of ``doc``; the SDK
+    may add its defaults (``custom: {align: auto}``), it must not drop or alter a key."""
+    if isinstance(doc, dict):
+        if not isinstance(back, dict):
+            return [where]
+        return [w for k, v in doc.items() for w in _lost(v, back.get(k), f"{where}.{k}")]
+    if isinstance(doc, list):
+        if not isinstance(back, list) or len(back) != len(doc):
+            return [where]
+        return [
+            w
+            for i, (a, b) in enumerate(zip(doc, back, strict=True))
+            for w in _lost(a, b, f"{where}[{i}]")
+        ]
+    return [] if doc == back else [where]
+
+
 def test_every_panel_and_variable_returns_rows_on_demo_data(demo: tuple[Client, DemoData]) -> None:
     client, data = demo
     start, end = _window(data)
@@ -71,10 +125,7 @@ def test_every_panel_and_variable_returns_rows_on_demo_data(demo: tuple[Client, 
     for spec in DASHBOARDS:
         variables = _variables_for(client, JOB_FOR.get(spec.uid, data.job_id))
         doc = build_dashboard(spec)
-        queries = panels(doc) + [
-            (f"variable {v['name']}", v["query"]) for v in doc.get("templating", {}).get("list", [])
-        ]
-        for title, sql in queries:
+        for title, sql in panels(doc) + variable_queries(doc):
             expanded = expand(sql, start, end, 10, variables)
             assert not re.search(r"\$\{|\$\w|\[\[", expanded), (spec.uid, title, expanded)
             rows = client.query(expanded).result_rows
@@ -87,12 +138,86 @@ def test_variables_chain_from_cluster_to_rank(demo: tuple[Client, DemoData]) -> 
     client, data = demo
     start, end = _window(data)
     queries = _variables()
-    jobs = client.query(expand(queries["job"], start, end, 10, {"cluster": "sim"})).result_rows
+    db = client.database or ""
+    sel: dict[str, str | list[str]] = {"database": db, "cluster": "sim"}
+    jobs = client.query(expand(queries["job"], start, end, 10, sel)).result_rows
     assert {r[0] for r in jobs} == {"demo-job", "ib-job", "slow-job"}
     ranks = client.query(
-        expand(queries["rank"], start, end, 10, {"cluster": "sim", "job": "demo-job"})
+        expand(queries["rank"], start, end, 10, {**sel, "job": "demo-job"})
     ).result_rows
     assert [r[0] for r in ranks] == list(range(16))
+
+
+def _targets() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{path.name} / {panel['title']}", target)
+        for path in sorted(DASHBOARDS_DIR.glob("*.json"))
+        for panel in json.loads(path.read_text())["panels"]
+        for target in panel["targets"]
+    ]
+
+
+def test_every_target_is_the_plugins_current_query_model() -> None:
+    """Each committed target validates (strictly, as JSON) against the model written from the
+    plugin's TypeScript types, names the plugin release compose installs, and queries the
+    datasource the dashboard's ``datasource`` variable selects."""
+    targets = _targets()
+    assert len(targets) >= 15
+    for where, target in targets:
+        q = ClickHouseSqlQuery.model_validate_json(json.dumps(target), strict=True)
+        assert q.plugin_version == PLUGIN_VERSION, where
+        assert q.query_type is not None and q.format is not None, where
+        assert target["datasource"] == {"type": PLUGIN_ID, "uid": "${datasource}"}, where
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"pluginVersion": None},  # v3 targets carry none
+        {"queryType": "timeSeries"},  # v3's spelling
+        {"queryType": "sql"},  # v2's
+        {"format": 1},  # a table format on a time series query
+        {"format": "time_series"},  # sqlds wants the number
+        {"editorType": "builder"},  # a builder query needs builderOptions
+        {"rawSql": ""},
+        {"rawQuery": "SELECT 1"},  # not a field of the plugin's model
+    ],
+)
+def test_the_query_model_refuses_what_the_plugin_would_not_read(change: dict[str, Any]) -> None:
+    from pydantic import ValidationError
+
+    _, target = next(t for t in _targets() if t[1]["queryType"] == "timeseries")
+    bad = {k: v for k, v in {**target, **change}.items() if v is not None}
+    with pytest.raises(ValidationError):
+        ClickHouseSqlQuery.model_validate_json(json.dumps(bad), strict=True)
+
+
+def test_compose_installs_the_plugin_release_the_targets_name() -> None:
+    import yaml
+
+    compose = yaml.safe_load(
+        (Path(__file__).parents[1] / "compose" / "docker-compose.yml").read_text()
+    )
+    preinstall = compose["services"]["grafana"]["environment"]["GF_PLUGINS_PREINSTALL_SYNC"]
+    assert f"{PLUGIN_ID}@{PLUGIN_VERSION}" in preinstall.split(",")
+
+
+def test_every_table_is_qualified_with_the_database_variable() -> None:
+    """Nothing relies on the datasource's default database: every ``FROM``/``JOIN`` of a table
+    names the ``database`` variable (subqueries and table functions aside)."""
+    checked = 0
+    for spec in DASHBOARDS:
+        doc = build_dashboard(spec)
+        for title, sql in panels(doc) + variable_queries(doc):
+            ctes = set(re.findall(r"\b(\w+) AS \(", sql))
+            for m in re.finditer(r"\b(?:FROM|(?<!ARRAY )JOIN)\s+([^\s(),]+)(?![(\w])", sql):
+                if m.group(1) in ctes:
+                    continue
+                assert m.group(1).startswith(f"{DB}."), (spec.uid, title, m.group(0))
+                checked += 1
+        names = [v["name"] for v in doc["templating"]["list"]]
+        assert names[:2] == ["datasource", "database"], spec.uid
+    assert checked >= 25
 
 
 def test_the_plugin_macros_expand_as_the_plugin_does() -> None:
@@ -136,9 +261,12 @@ def test_a_one_job_one_hour_panel_reads_a_small_share_of_the_table(services: Ser
     )
     client = connect(services.clickhouse_url, database=db)
     spec = next(d for d in DASHBOARDS if d.uid == "rankscope-job")
-    sql = next(s for t, s in panels(build_dashboard(spec)) if t == "GPU utilisation per rank")
+    sql = next(
+        s for t, s in panels(build_dashboard(spec)) if t.startswith("GPU utilisation of the")
+    )
     start = dt.datetime.fromtimestamp(t0 + 24 * 3600, tz=dt.UTC)
     variables: dict[str, str | list[str]] = {
+        "database": db,
         "cluster": "sim",
         "job": "job-1",
         "node": [f"node{i}" for i in range(32)],
@@ -170,3 +298,59 @@ def test_the_demo_pictures_come_from_the_named_queries(
         assert png.stat().st_size > 10_000
     assert heatmap_png(client, db, "no-such-job", tmp_path / "x.png") is None
     assert not (tmp_path / "x.png").exists()
+
+
+def _links(doc: dict[str, Any]) -> list[tuple[str, str, dict[str, str]]]:
+    """(panel title, column, link) of every data link of a built dashboard."""
+    return [
+        (p["title"], o["matcher"]["options"], link)
+        for p in doc["panels"]
+        for o in p.get("fieldConfig", {}).get("overrides", [])
+        for prop in o["properties"]
+        if prop["id"] == "links"
+        for link in prop["value"]
+    ]
+
+
+def test_drill_down_links_go_fleet_to_job_to_node() -> None:
+    """Each data link opens a dashboard that exists, sets a variable it declares from the clicked
+    value (percent-encoded: a job id may hold ``&``), and keeps the time range, the datasource
+    and the database; the fleet's job ids open the job, the job's slowest ranks their nodes."""
+    docs = {spec.uid: build_dashboard(spec) for spec in DASHBOARDS}
+    hops = set()
+    for uid, doc in docs.items():
+        declared_here = {v["name"] for v in doc["templating"]["list"]}
+        for title, column, link in _links(doc):
+            m = re.fullmatch(r"/d/([\w-]+)/[\w-]+\?(.*)", link["url"])
+            assert m, (uid, title, link)
+            target, query = m.group(1), m.group(2).split("&")
+            assert target in docs, (uid, title, target)
+            declared_there = {v["name"] for v in docs[target]["templating"]["list"]}
+            assert query[:3] == [
+                "${__url_time_range}",
+                "${datasource:queryparam}",
+                "${database:queryparam}",
+            ]
+            *carried, clicked = query[3:]
+            for c in carried:
+                name = re.fullmatch(r"\$\{(\w+):queryparam\}", c)
+                assert name and name.group(1) in declared_here & declared_there, (uid, c)
+            var = re.fullmatch(r"var-(\w+)=\$\{__value\.raw:percentencode\}", clicked)
+            assert var and var.group(1) in declared_there, (uid, title, clicked)
+            hops.add((uid, column, target, var.group(1)))
+    assert ("rankscope-fleet", "job_id", "rankscope-job", "job") in hops
+    assert ("rankscope-job", "node", "rankscope-node", "node") in hops
+
+
+def test_the_linked_columns_are_in_the_panels_results(demo: tuple[Client, DemoData]) -> None:
+    """A link on a column the query does not return would never show: run the linked panels."""
+    client, data = demo
+    start, end = _window(data)
+    for spec in DASHBOARDS:
+        doc = build_dashboard(spec)
+        sql_of = dict(panels(doc))
+        for title, column, _ in _links(doc):
+            variables = _variables_for(client, JOB_FOR.get(spec.uid, data.job_id))
+            result = client.query(expand(sql_of[title], start, end, 10, variables))
+            assert column in result.column_names, (spec.uid, title, result.column_names)
+            assert result.result_rows, (spec.uid, title)

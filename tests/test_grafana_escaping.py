@@ -26,16 +26,16 @@ from clickhouse_connect.driver.exceptions import DatabaseError
 from rankscope.grafana import (
     DASHBOARDS,
     DASHBOARDS_DIR,
+    IDENTIFIER_VARIABLES,
     JOB,
     MULTI_VARIABLES,
-    VARIABLE_SYNTAX,
-    expand,
-    format_value,
+    identifier_of,
     panels,
-    percent_encode,
     value_of,
     values_of,
+    variable_queries,
 )
+from rankscope.grafana_expand import VARIABLE_SYNTAX, expand, format_value, percent_encode
 from rankscope.sinks.clickhouse import connect, migrate
 from tests.conftest import Services
 from tests.demo_data import DemoData, load_demo
@@ -66,9 +66,7 @@ START = dt.datetime(2026, 12, 3, 10, 0, tzinfo=dt.UTC)
 
 def _queries(doc: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, SQL) of every panel target and every variable query of a built dashboard."""
-    return panels(doc) + [
-        (f"variable {v['name']}", v["query"]) for v in doc.get("templating", {}).get("list", [])
-    ]
+    return panels(doc) + variable_queries(doc)
 
 
 def unsafe_splices(sql: str, multi: Collection[str]) -> list[str]:
@@ -81,6 +79,8 @@ def unsafe_splices(sql: str, multi: Collection[str]) -> list[str]:
         if m.group(0) != f"${{{name}:percentencode}}":
             found.append(m.group(0))
     rest = sql
+    for name in IDENTIFIER_VARIABLES:
+        rest = rest.replace(identifier_of(name), "")
     for name in {m.group(4) for m in VARIABLE_SYNTAX.finditer(sql) if m.group(4)}:
         if name not in multi and values_of(name) in rest:
             found.append(f"{name} (single-valued) read as a list")
@@ -184,8 +184,10 @@ def test_every_query_with_hostile_values_answers_as_with_a_plain_unknown_one(
     end = dt.datetime.fromtimestamp(data.end_ns / 1e9 + 300, tz=dt.UTC)
     plain = "no-such-name"
 
+    db = client.database or ""
+
     def variables(v: str) -> dict[str, str | list[str]]:
-        return {"cluster": v, "job": v, "node": [v], "rank": [v]}
+        return {"database": db, "cluster": v, "job": v, "node": [v], "rank": [v]}
 
     checked = 0
     for spec in DASHBOARDS:
@@ -194,6 +196,34 @@ def test_every_query_with_hostile_values_answers_as_with_a_plain_unknown_one(
             for value in HOSTILE:
                 expanded = expand(sql, start, end, 10, variables(value))
                 assert _rows(client, expanded, value, plain) == want, (spec.uid, title, value)
+            checked += 1
+    assert checked >= 20
+
+
+def test_a_hostile_database_name_names_a_database_that_does_not_exist(
+    demo: tuple[Client, DemoData],
+) -> None:
+    """The database variable is an identifier: whatever its value, every panel and variable
+    query either reads that (missing) database and fails as such, or runs unchanged."""
+    client, data = demo
+    start = dt.datetime.fromtimestamp(data.start_ns / 1e9 - 300, tz=dt.UTC)
+    end = start + dt.timedelta(hours=1)
+    checked = 0
+    for spec in DASHBOARDS:
+        for title, sql in _queries(json.loads((DASHBOARDS_DIR / f"{spec.uid}.json").read_text())):
+            if identifier_of("database") not in sql:
+                continue
+            for value in [*HOSTILE, "x--", "x/*", "a`b", "system", ""]:
+                variables: dict[str, str | list[str]] = {
+                    "database": value, "cluster": "sim", "job": data.job_id,
+                    "node": ["n"], "rank": ["0"],
+                }  # fmt: skip
+                with pytest.raises(DatabaseError) as err:
+                    client.query(expand(sql, start, end, 10, variables))
+                text = str(err.value)
+                # the empty name is an empty identifier: refused by the parser
+                want = ("SYNTAX_ERROR",) if value == "" else ("UNKNOWN_DATABASE", "UNKNOWN_TABLE")
+                assert any(w in text for w in want), (title, value, text)
             checked += 1
     assert checked >= 20
 
@@ -254,6 +284,7 @@ def test_the_job_dashboard_selects_the_hostile_job_and_nothing_else(
     client, start = hostile_db
     end = start + dt.timedelta(hours=1)
     sel: dict[str, str | list[str]] = {
+        "database": client.database or "",
         "cluster": H_CLUSTER,
         "job": H_JOB,
         "node": [H_NODE, "n1"],
@@ -267,9 +298,11 @@ def test_the_job_dashboard_selects_the_hostile_job_and_nothing_else(
     assert {r[0] for r in run("variable node")} == {H_NODE, "n1"}
     assert [r[0] for r in run("variable rank")] == [0, 1]
     # ranks 2 and 5 are selected too, but belong to other jobs or clusters
-    assert {r[1] for r in run("Step time of the selected ranks (s)")} == {"0"}
+    assert {r[1] for r in run("Step time of the 10 slowest selected ranks (s)")} == {"0"}
     compute = expand(
-        _query("rankscope-stragglers", "Compute (forward + backward) time per rank (s)"),
+        _query(
+            "rankscope-stragglers", "Compute (forward + backward) time of the 10 slowest ranks (s)"
+        ),
         start,
         end,
         10,

@@ -434,6 +434,43 @@ def test_rank_heatmap(known: tuple[Client, str]) -> None:
     assert [r["value"] for r in util[:4]] == [90.0, 89.0, 88.0, 87.0]
 
 
+def test_rank_heatmap_buckets(known: tuple[Client, str]) -> None:
+    # at most 64 rows: 4 ranks stay one row each, labelled by rank (1 s: the windows' own times)
+    rows = _rows(known, "rank_heatmap_buckets", job_id=JOB, interval_s="1")
+    assert [(_naive(r["time"]), r["ranks"], r["value"]) for r in rows] == [
+        (_t(start), f"rank {rank}", 8.0 + w + rank / 10)
+        for w, start in enumerate((0, 5))
+        for rank in range(4)
+    ]
+    # 2 rows: runs of 2 ranks, each cell the worst of its ranks
+    two = _rows(known, "rank_heatmap_buckets", job_id=JOB, buckets="2")
+    assert [(r["ranks"], r["value"]) for r in two] == [
+        ("ranks 0-1", 8.1),
+        ("ranks 2-3", 8.3),
+        ("ranks 0-1", 9.1),
+        ("ranks 2-3", 9.3),
+    ]
+    # 3 rows asked of 4 ranks: width 2, the last run cut at the last rank
+    assert {r["ranks"] for r in _rows(known, "rank_heatmap_buckets", job_id=JOB, buckets="3")} == {
+        "ranks 0-1",
+        "ranks 2-3",
+    }
+    assert _rows(known, "rank_heatmap_buckets", job_id="no-such-job") == []
+
+
+def test_slowest_ranks(known: tuple[Client, str]) -> None:
+    rows = _rows(known, "slowest_ranks", job_id=JOB, k="2")
+    # means over both windows: rank r -> 8.5 + r / 10; the median of the four is 8.65
+    assert [(r["rank"], r["node"], r["windows"]) for r in rows] == [
+        (3, "node001", 2),
+        (2, "node001", 2),
+    ]
+    assert [round(r["mean_step_s"], 6) for r in rows] == [8.8, 8.7]
+    assert [r["vs_median"] for r in rows] == [round(8.8 / 8.65, 3), round(8.7 / 8.65, 3)]
+    assert len(_rows(known, "slowest_ranks", job_id=JOB)) == 4
+    assert _rows(known, "slowest_ranks", job_id="no-such-job") == []
+
+
 def test_xid_link_vs_nccl(known: tuple[Client, str]) -> None:
     assert _rows(known, "xid_link_vs_nccl") == [
         {

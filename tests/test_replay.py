@@ -65,3 +65,20 @@ def test_replay_rebuilds_the_live_tables_with_three_workers(
     again = _replay(live, replayed.database)
     assert again.returncode == 1
     assert "already holds rows" in again.stderr and "--drop" in again.stderr
+
+
+def test_progress_counts_from_the_low_watermark() -> None:
+    """A partition emptied by deletion or retention has no commit and nothing to read: the
+    replay must not wait for it (it hung when OTLP topics shared by every deployment had been
+    emptied by another user)."""
+    from rankscope.replay import records_read
+
+    marks = {("raw", 0): (0, 10), ("otlp_spans", 0): (7, 7), ("otlp_logs", 0): (3, 5)}
+    # nothing committed yet: nothing read, and the emptied partition counts as nothing to read
+    assert records_read(marks, {}) == 0
+    assert records_read(marks, {("raw", 0): -1001}) == 0
+    # all of raw and of otlp_logs read; the emptied otlp_spans was never consumed
+    total = sum(high - low for low, high in marks.values())
+    assert records_read(marks, {("raw", 0): 10, ("otlp_logs", 0): 5}) == total == 12
+    # a commit below the low watermark (records expired after they were read) counts nothing twice
+    assert records_read(marks, {("raw", 0): 4, ("otlp_logs", 0): 1}) == 4

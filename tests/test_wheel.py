@@ -240,7 +240,7 @@ def test_grafana_build_writes_under_the_working_directory(installed: Path, workd
             env=env,
         ).strip()
     )
-    packaged = {p.name: p.read_text() for p in site_dash.glob("*.json")}
+    packaged = {p.name: p.read_text() for p in site_dash.rglob("*.json")}  # health/ too
     assert {p.name for p in written} == set(packaged)
     assert all(p.read_text() == packaged[p.name] for p in written)
 

@@ -85,6 +85,8 @@ def main() -> int:
             "spool": {"dir": spool},
             "gpu": {"events": True, "map_processes": False, "interval_s": 1.0},
             "kernel_log": {"source": "kmsg", "interval_s": 1.0},
+            # the device machine has no Presidio; XID events carry no free text it would change
+            "redaction": {"enabled": False},
         }
     )
     agent = Agent(cfg, transport_factory=lambda c: ConfirmingTransport(), tap=tap)
