@@ -91,6 +91,22 @@ def test_the_agent_extra_leaves_out_the_other_roles_and_is_small(
     assert size < MAX_AGENT_MB, f"the agent's install is {size:.1f} MiB"
 
 
+def test_every_collector_imports_in_the_agent_only_install(agent_env: Path, tmp_path: Path) -> None:
+    """What an agent config can enable must not need another extra (the in-process OTel
+    exporter is the training process's, with the 'tracing' extra)."""
+    probe = (
+        "import importlib, json, pkgutil, rankscope.collectors as c; missing = {}\n"
+        "for m in pkgutil.walk_packages(c.__path__, 'rankscope.collectors.'):\n"
+        "    try:\n"
+        "        importlib.import_module(m.name)\n"
+        "    except ModuleNotFoundError as exc:\n"
+        "        missing[m.name] = exc.name\n"
+        "print(json.dumps(missing))"
+    )
+    out = _run([str(agent_env), "-c", probe], cwd=tmp_path, env=_clean_env(tmp_path))
+    assert json.loads(out) == {"rankscope.collectors.otel": "opentelemetry"}
+
+
 def test_a_command_of_another_role_names_its_extra(agent_env: Path, tmp_path: Path) -> None:
     rankscope = agent_env.parent / "rankscope"
     r = subprocess.run(
