@@ -7,23 +7,23 @@ Each component keeps its own typed config (``PublisherConfig``, ``StreamsConfig`
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from rankscope.collectors.publisher import PublisherConfig
 from rankscope.kafka_security import KafkaSecurity, security_from_env
 from rankscope.schemas.topics import (
     DEFAULT_OTLP_LOGS_TOPICS,
     DEFAULT_OTLP_TRACES_TOPICS,
     Topics,
 )
-from rankscope.sinks.kafka_sink import SinkConfig
-from rankscope.streams.config import (
-    RecoveryConfig,
-    RedactionConfig,
-    StateConfig,
-    StreamsConfig,
-)
+
+if TYPE_CHECKING:
+    # imported where they are built: the sink's and the worker's configs pull in their extras
+    # (ClickHouse client, faust), which an agent-only install lacks (README "Install")
+    from rankscope.collectors.publisher import PublisherConfig
+    from rankscope.sinks.kafka_sink import SinkConfig
+    from rankscope.streams.config import StreamsConfig
 
 
 class Settings(BaseSettings):
@@ -70,9 +70,18 @@ class Settings(BaseSettings):
         return security_from_env()
 
     def publisher(self, bootstrap: str) -> PublisherConfig:
+        from rankscope.collectors.publisher import PublisherConfig
+
         return PublisherConfig(bootstrap=bootstrap, topic_prefix=self.topic_prefix)
 
     def streams(self, bootstrap: str) -> StreamsConfig:
+        from rankscope.streams.config import (
+            RecoveryConfig,
+            RedactionConfig,
+            StateConfig,
+            StreamsConfig,
+        )
+
         return StreamsConfig(
             bootstrap=bootstrap,
             topic_prefix=self.topic_prefix,
@@ -99,6 +108,8 @@ class Settings(BaseSettings):
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:
+        from rankscope.sinks.kafka_sink import SinkConfig
+
         return SinkConfig(
             bootstrap=bootstrap,
             clickhouse_url=clickhouse_url,

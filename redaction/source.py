@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rankscope.extras import missing_extra
 from rankscope.redaction.keys import load_key
 from rankscope.redaction.rules import load_rules
 from rankscope.redaction.source_audit import ReportEventFactory, report_payloads
@@ -88,10 +89,17 @@ class SourceRedaction:
     def __init__(
         self, config: SourceRedactionConfig, *, stage: RedactionStageName, origin: str
     ) -> None:
-        rules = load_rules(config.rules_path)
-        key = load_key(rules.settings.key_env, config.key_file, create=False)
-        redactor = _redactor(config.rules_path, key)
-        from rankscope.redaction.stage import RedactionStage
+        try:  # phonenumbers, Presidio (spaCy under it): the 'redact' extra, not the agent's
+            rules = load_rules(config.rules_path)
+            key = load_key(rules.settings.key_env, config.key_file, create=False)
+            redactor = _redactor(config.rules_path, key)
+            from rankscope.redaction.stage import RedactionStage
+        except ModuleNotFoundError as exc:
+            hint = " (or set redaction.enabled: false; the stream stage redacts)"
+            missing = missing_extra(exc, "source redaction", hint)
+            if missing is None:
+                raise
+            raise missing from exc
 
         self.stage = RedactionStage(rules, key, redactor, stage=stage)
         self.stats = SourceRedactionStats()

@@ -106,6 +106,13 @@ app.add_typer(recovery.recovery_app, name="recovery")
 app.add_typer(topics.topics_app, name="topics")
 
 
+def _command(args: list[str]) -> str:
+    """``rankscope <command> [<subcommand>]`` of the command line, for an error line."""
+    words = [a for a in args if not a.startswith("-")]
+    groups = {g.name for g in app.registered_groups}
+    return " ".join(["rankscope", *words[: 2 if words and words[0] in groups else 1]])
+
+
 def main() -> None:
     import logging
 
@@ -115,7 +122,7 @@ def main() -> None:
     try:
         app()
     except Exception as exc:
-        known = None if _state["debug"] else errors.explain(exc)
+        known = None if _state["debug"] else errors.explain(exc, _command(sys.argv[1:]))
         if known is None:
             raise
         code, line = known

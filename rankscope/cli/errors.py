@@ -97,10 +97,35 @@ def _local(exc: Exception) -> tuple[int, str] | None:
     return None
 
 
-def explain(exc: BaseException) -> tuple[int, str] | None:
-    """``(exit code, one line)`` for a failure an operator can fix; None for a bug."""
+#: the commands that run the local services (the whole pipeline): they need the 'local' extra
+_LOCAL_COMMANDS = frozenset({"demo", "simulate", "eval", "services"})
+
+
+def _extra(exc: Exception, command: str) -> tuple[int, str] | None:
+    """A package of another role's extra is not installed (README "Install")."""
+    from rankscope.extras import MissingExtraError, missing_extra
+
+    if isinstance(exc, MissingExtraError):  # raised deeper, it names its own code path
+        return EXIT_INPUT, f"{command}: {exc}"
+    missing = missing_extra(exc, command)
+    if missing is None:
+        return None
+    words = command.split()
+    if len(words) > 1 and words[1] in _LOCAL_COMMANDS and missing.extra != "local":
+        # these run the whole pipeline on this machine: one extra has all of it
+        missing = MissingExtraError(command, "local", str(missing.name))
+    return EXIT_INPUT, str(missing)
+
+
+def explain(exc: BaseException, command: str = "this command") -> tuple[int, str] | None:
+    """``(exit code, one line)`` for a failure an operator can fix; None for a bug.
+
+    ``command``: how the failing command is named in the line (``rankscope sink``)."""
     if not isinstance(exc, Exception):
         return None
+    extra = _extra(exc, command)
+    if extra is not None:
+        return extra
     for translate in (_kafka, _clickhouse, _validation, _local):
         known = translate(exc)
         if known is not None:

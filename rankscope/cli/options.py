@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from datetime import date, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,7 +19,9 @@ from rich.table import Table
 
 from rankscope.observability.metrics import DEFAULT_PORTS
 from rankscope.settings import Settings
-from rankscope.sinks.access import RoleName
+
+if TYPE_CHECKING:
+    from rankscope.sinks.access import RoleName
 
 EXIT_CHECK_FAILED = 1
 EXIT_INPUT = 2
