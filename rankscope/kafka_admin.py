@@ -172,6 +172,18 @@ def topic_record_count(
 _GROUP_ADMINS: dict[tuple[str, ...], AdminClient] = {}
 
 
+def release_admins() -> None:
+    """Drop the long-lived admin clients while their broker still answers.
+
+    Left to the interpreter's final garbage collection, a client whose broker has already
+    stopped (the local services of ``demo``/``eval`` stop first) can block the exit for good in
+    librdkafka's destroy, joining threads that keep reconnecting: a ``rankscope eval`` wrote its
+    results and then never exited.
+    """
+    while _GROUP_ADMINS:
+        _GROUP_ADMINS.popitem()
+
+
 def group_stable(
     bootstrap: str,
     group_id: str,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from clickhouse_connect.driver.client import Client
 
-from rankscope.kafka_admin import create_pipeline_topics
+from rankscope.kafka_admin import create_pipeline_topics, release_admins
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.settings import Settings
 from rankscope.sinks.clickhouse import connect, migrate
@@ -85,13 +85,16 @@ def local_stack(
     created, migrations applied. Services this call started stop at the end, unless
     ``keep_services`` (then they are left running, as ``rankscope services up`` leaves them)."""
     with _services(settings, keep_services, progress) as (bootstrap, clickhouse_url):
-        create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
-        client = connect(clickhouse_url)
-        migrate(client, settings.database)
-        sink_env: dict[str, str] = {}
-        if settings.clickhouse_url is None:  # the local engine: the sink logs in as its writer
-            sink_env = _local_writer_env(settings, clickhouse_url, progress)
-        yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}), sink_env)
+        try:
+            create_pipeline_topics(bootstrap, settings.topics, settings.partitions)
+            client = connect(clickhouse_url)
+            migrate(client, settings.database)
+            sink_env: dict[str, str] = {}
+            if settings.clickhouse_url is None:  # the local engine: the sink logs in as writer
+                sink_env = _local_writer_env(settings, clickhouse_url, progress)
+            yield Stack(settings, bootstrap, clickhouse_url, client, dict(env or {}), sink_env)
+        finally:
+            release_admins()  # before the services stop (kafka_admin.release_admins)
 
 
 def _local_writer_env(
