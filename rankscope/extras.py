@@ -18,8 +18,8 @@ PROVIDED_BY: dict[str, str] = {
     "presidio_analyzer": "redact",
     "presidio_anonymizer": "redact",
     "spacy": "redact",
-    "phonenumbers": "redact",
-    "tldextract": "redact",
+    "phonenumbers": "agent",  # (phonenumberslite installs the same module)
+    "tldextract": "agent",
     "faust": "worker",
     "mode": "worker",
     "aiokafka": "worker",

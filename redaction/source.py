@@ -35,7 +35,7 @@ from rankscope.redaction.source_audit import ReportEventFactory, report_payloads
 from rankscope.schemas.derived import RedactionAudit, RedactionStageName
 from rankscope.schemas.events import Event
 
-if TYPE_CHECKING:  # Presidio is imported when redaction is built, not with the configs
+if TYPE_CHECKING:  # the rules' regexes are compiled when redaction is built, not with the configs
     from rankscope.redaction.light import LightRedactor
 
 __all__ = ["SourceRedaction", "SourceRedactionConfig", "SourceRedactionStats"]
@@ -89,7 +89,7 @@ class SourceRedaction:
     def __init__(
         self, config: SourceRedactionConfig, *, stage: RedactionStageName, origin: str
     ) -> None:
-        try:  # phonenumbers, Presidio (spaCy under it): the 'redact' extra, not the agent's
+        try:  # phonenumbers, tldextract: the 'agent' extra (no Presidio: redaction/light.py)
             rules = load_rules(config.rules_path)
             key = load_key(rules.settings.key_env, config.key_file, create=False)
             redactor = _redactor(config.rules_path, key)

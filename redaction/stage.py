@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankscope.redaction.engine import PresidioRedactor, Redacted, RedactionError, RedactionTimeout
+from rankscope.redaction.core import Redacted, RedactionError, RedactionTimeout, RedactorBase
 from rankscope.redaction.policy import FieldPolicy, FieldRule
 from rankscope.redaction.rules import RuleSet
 from rankscope.redaction.source_audit import audit_rows, parse_report
@@ -71,7 +71,7 @@ class RedactionStage:
         self,
         rules: RuleSet,
         key: bytes | None,
-        redactor: PresidioRedactor | None = None,
+        redactor: RedactorBase | None = None,
         *,
         stage: RedactionStageName = "stream",
     ) -> None:
@@ -79,7 +79,11 @@ class RedactionStage:
         self.rules = rules
         self.version = rules.version
         self.policy = FieldPolicy(rules)
-        self.redactor = redactor or PresidioRedactor(rules, key)
+        if redactor is None:  # the stream's engine; Presidio is imported only when it is built
+            from rankscope.redaction.engine import PresidioRedactor
+
+            redactor = PresidioRedactor(rules, key)
+        self.redactor: RedactorBase = redactor
         self.stats = RedactionStats()
         self._active = {kind: self.policy.active(kind) for kind in self.policy.by_kind}
         self._caches: dict[str, _Cache] = {}
