@@ -178,7 +178,9 @@ def release_admins() -> None:
     Left to the interpreter's final garbage collection, a client whose broker has already
     stopped (the local services of ``demo``/``eval`` stop first) can block the exit for good in
     librdkafka's destroy, joining threads that keep reconnecting: a ``rankscope eval`` wrote its
-    results and then never exited.
+    results and then never exited. A pipeline releases them when it stops, so none outlives the
+    broker it was made for (a clean-clone test run once aborted in librdkafka while such
+    clients of stopped brokers were still held; librdkafka #4605 is the suspected cause).
     """
     while _GROUP_ADMINS:
         _GROUP_ADMINS.popitem()

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rankscope.kafka_admin import group_lag, group_stable
+from rankscope.kafka_admin import group_lag, group_stable, release_admins
 from rankscope.kafka_security import ENV_PREFIX, KafkaSecurity
 from rankscope.schemas.topics import Topics
 
@@ -185,6 +185,9 @@ class Pipeline:
             self.actuators.start()
 
     def stop(self) -> None:
+        # the group-state admin client must not outlive this pipeline's broker
+        # (kafka_admin.release_admins: librdkafka can hang or abort on a client left behind)
+        release_admins()
         if self.config.actuators:
             self.actuators.stop()
         self.sink.stop()
