@@ -202,11 +202,22 @@ def group_stable(
     admin = _GROUP_ADMINS.get(key)
     if admin is None:
         admin = _GROUP_ADMINS[key] = AdminClient(conf)
-    future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
     try:
         # Wait past the request's own timeout, so librdkafka always finishes the request: a
         # future left behind while its request is in flight can abort the whole process when
         # the request later times out (librdkafka #4605, `eonce->refcnt > 0`).
+        # ListGroups first: it asks every broker and needs no group coordinator, while
+        # DescribeGroups first looks the coordinator up, and a coordinator lookup timing out (a
+        # fresh or failing-over cluster) is the path #4605 aborts on; describe only a group
+        # that is already listed as stable (its coordinator is then known and loaded).
+        listed = admin.list_consumer_groups(request_timeout=timeout_s).result(
+            timeout=timeout_s + 30
+        )
+        if not any(
+            g.group_id == group_id and g.state == ConsumerGroupState.STABLE for g in listed.valid
+        ):
+            return False
+        future = admin.describe_consumer_groups([group_id], request_timeout=timeout_s)[group_id]
         desc = future.result(timeout=timeout_s + 30)
     except (KafkaException, TimeoutError):  # a busy broker: not known to be stable yet
         return False
