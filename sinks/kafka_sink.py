@@ -200,6 +200,10 @@ class ClickHouseSink:
         self._outage_streak = 0
         self._status_due = time.monotonic() + config.status_every_s
         self._lag_due = time.monotonic()
+        #: a commit after a stored batch failed (coordinator moving, broker restarting): retried
+        #: on later polls while nothing is buffered, or the last batch before a quiet spell
+        #: stays uncommitted (and counted as lag) until new records arrive
+        self._commit_owed = False
         #: the newest status line logged (read it from any thread; ``status()`` only from the
         #: sink's own: librdkafka's consumer calls block while another thread consumes)
         self.last_status = ""
@@ -303,13 +307,21 @@ class ClickHouseSink:
             self.stats.batches += 1
             self._buffers.clear()
             self._outage_streak = 0
-            try:
-                self._consumer.commit(asynchronous=False)
-                self.stats.commits += 1
-            except Exception as exc:  # nothing to commit yet, or a rebalance: re-read is safe
-                if not (isinstance(exc.args[0], KafkaError) and exc.args[0].code() == -168):
-                    log.warning("offset commit failed (records will be re-read): %s", exc)
+            self._commit()
         self._last_flush = time.monotonic()
+
+    def _commit(self) -> None:
+        """Commit the consumed offsets (every row read so far is stored); a failure is owed."""
+        try:
+            self._consumer.commit(asynchronous=False)
+            self.stats.commits += 1
+            self._commit_owed = False
+        except Exception as exc:  # nothing to commit yet, or a rebalance: re-read is safe
+            if isinstance(exc.args[0], KafkaError) and exc.args[0].code() == -168:
+                self._commit_owed = False  # _NO_OFFSET: nothing consumed since the last commit
+                return
+            self._commit_owed = True
+            log.warning("offset commit failed (retried; else records are re-read): %s", exc)
 
     def _flush_or_wait(self) -> None:
         try:
@@ -416,6 +428,8 @@ class ClickHouseSink:
         ):
             self._flush_or_wait()
         self.stats.polled = time.monotonic()
+        if self._commit_owed and not self._buffers.count and not msgs:
+            self._commit()  # a quiet partition's last batch: commit once the coordinator is back
         if self.stats.polled >= self._lag_due:  # made here, on the sink's thread: see below
             self._lag_due = self.stats.polled + 1.0
             self.stats.lag = self.lag_by_partition() or {}
