@@ -111,6 +111,14 @@ def create_topics(
         )
         for s in specs
     ]
+    return submit_new_topics(admin, new, bootstrap, timeout_s)
+
+
+def submit_new_topics(
+    admin: AdminClient, new: list[NewTopic], bootstrap: str, timeout_s: float
+) -> CreateReport:
+    """Create ``new`` (topics already there are reported, not an error) and wait until
+    metadata lists every one: the one create path, for the table's topics and ad-hoc ones."""
     if not new:
         return CreateReport(created=[], existing=[])
     deadline = time.monotonic() + timeout_s
@@ -129,7 +137,7 @@ def create_topics(
             raise TopicAdminError(f"creating topic {name!r} on {bootstrap} failed: {exc}") from exc
         except TimeoutError as exc:
             raise TopicAdminError(f"creating topic {name!r} on {bootstrap} timed out") from exc
-    _wait_listed(admin, bootstrap, [s.name for s in specs], deadline, timeout_s)
+    _wait_listed(admin, bootstrap, [t.topic for t in new], deadline, timeout_s)
     return CreateReport(created=sorted(created), existing=sorted(existing))
 
 

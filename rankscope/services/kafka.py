@@ -24,7 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic  # the admin package re-exports it without __all__
 
@@ -504,39 +504,10 @@ def ensure_topics(
     wanted = dict(topics) if isinstance(topics, dict) else dict.fromkeys(topics, partitions)
     if not wanted:
         return
-    admin = _admin(bootstrap, security)
-    deadline = time.monotonic() + timeout_s
+    from rankscope.kafka_topics import submit_new_topics  # it imports this package
+
     new = [
         NewTopic(name, num_partitions=count, replication_factor=-1, config=dict(config or {}))
         for name, count in wanted.items()
     ]
-    futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
-    for name, future in futures.items():
-        try:
-            future.result(timeout=max(1.0, deadline - time.monotonic()))
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                continue
-            raise ServiceError(f"creating topic {name!r} on {bootstrap} failed: {exc}") from exc
-        except TimeoutError as exc:
-            raise ServiceError(f"creating topic {name!r} on {bootstrap} timed out") from exc
-    missing: list[str] = list(wanted)
-    while True:
-        try:
-            listed = admin.list_topics(timeout=max(0.5, min(5.0, deadline - time.monotonic())))
-        except KafkaException:
-            listed = None
-        if listed is not None:
-            missing = [
-                name
-                for name in wanted
-                if name not in listed.topics
-                or listed.topics[name].error is not None
-                or not listed.topics[name].partitions
-            ]
-            if not missing:
-                return
-        if time.monotonic() >= deadline:
-            raise ServiceError(f"topics {missing} did not appear on {bootstrap} in {timeout_s} s")
-        time.sleep(0.2)
+    submit_new_topics(_admin(bootstrap, security), new, bootstrap, timeout_s)
