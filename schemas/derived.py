@@ -104,7 +104,16 @@ class LateEvent(BaseModel):
     received_ts: int
 
 
-DetectionType = Literal["straggler", "hang", "node_unresponsive", "collector_silent"]
+DetectionType = Literal[
+    "straggler",
+    "hang",
+    "node_unresponsive",
+    "collector_silent",
+    # issue 19: a job below its recorded reference baseline; a node whose configuration diverges
+    # from its pool's majority (fleet drift)
+    "throughput_gap",
+    "node_drift",
+]
 StragglerClass = Literal["compute", "thermal", "input_pipeline", "communication", "config_drift"]
 
 
