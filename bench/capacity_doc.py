@@ -27,6 +27,23 @@ def _n(x: float, digits: int = 0) -> str:
     return f"{x:,.{digits}f}"
 
 
+def _e2e_line(data: dict[str, Any]) -> list[str]:
+    """The e2e benchmark's own worker figure, as recorded in its JSON (its own commit and day)."""
+    e2e = data.get("e2e_bench")
+    if not e2e or not e2e.get("cpu_seconds", {}).get("worker"):
+        return []
+    per_cpu = e2e["events"] / e2e["cpu_seconds"]["worker"]
+    return [
+        f"For comparison, `{e2e['file']}` (as committed, measured on an earlier day and commit) "
+        f"records {_n(e2e['events'])} events for {e2e['cpu_seconds']['worker']} worker CPU "
+        f"seconds: {_n(per_cpu)} events per worker CPU second "
+        "(`e2e_bench.events / e2e_bench.cpu_seconds.worker`). Re-run "
+        "`bench/e2e_throughput.py --json ...` before bench/capacity_inputs.py to compare on "
+        "the same day.",
+        "",
+    ]
+
+
 def render(data: dict[str, Any], scale: dict[str, Any] | None) -> str:
     ev, demo = data["pipeline"]["eval"], data["pipeline"]["demo"]
     inputs = inputs_from_json(data)
@@ -58,6 +75,7 @@ def render(data: dict[str, Any], scale: dict[str, Any] | None) -> str:
         f"| events per GPU per second | {inputs.events_per_gpu_s} | | "
         "`event_mix.eval_like.per_gpu_per_s.total` |",
         "",
+        *_e2e_line(data),
         f"All in {j}. Kafka bytes per event by topic (eval-like, producer compression "
         f"`{data['kafka_raw_per_kind']['compression']}`):",
         "",
@@ -84,7 +102,7 @@ def render(data: dict[str, Any], scale: dict[str, Any] | None) -> str:
         *(
             f"| `{t}` | {_n(v['rows'])} | {_n(v['compressed_bytes'])} | {v['bytes_per_row']} |"
             for t, v in ev["clickhouse"]["tables"].items()
-            if v["rows"]
+            if v["rows"] and t != "schema_migrations"
         ),
         "",
         "Event mix per GPU per second (`event_mix`):",

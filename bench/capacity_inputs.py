@@ -98,7 +98,7 @@ def kafka_per_kind(
 
 def clickhouse_bytes(client: Any, db: str, events: int) -> dict[str, Any]:
     """Compressed bytes per table (merged parts), per row and per raw event."""
-    tables = storage_tables(client, db)
+    tables = [t for t in storage_tables(client, db) if t != "schema_migrations"]
     for t in tables:
         client.command(f"OPTIMIZE TABLE {db}.{t} FINAL")
     rows = client.query(
