@@ -34,12 +34,13 @@ def _e2e_line(data: dict[str, Any]) -> list[str]:
         return []
     per_cpu = e2e["events"] / e2e["cpu_seconds"]["worker"]
     return [
-        f"For comparison, `{e2e['file']}` (as committed, measured on an earlier day and commit) "
-        f"records {_n(e2e['events'])} events for {e2e['cpu_seconds']['worker']} worker CPU "
-        f"seconds: {_n(per_cpu)} events per worker CPU second "
-        "(`e2e_bench.events / e2e_bench.cpu_seconds.worker`). Re-run "
-        "`bench/e2e_throughput.py --json ...` before bench/capacity_inputs.py to compare on "
-        "the same day.",
+        f"For comparison, `{e2e['file']}` (bench/e2e_throughput.py: a plain 512-rank job, "
+        "no faults, fabric counters or inventory, after a warm-up job) records "
+        f"{_n(e2e['events'])} events for {e2e['cpu_seconds']['worker']} worker CPU seconds: "
+        f"{_n(per_cpu)} events per worker CPU second, and an end-to-end ratio to the "
+        f"bare-consumer ceiling of {e2e['ratio_to_ceiling']} "
+        "(`e2e_bench.events / e2e_bench.cpu_seconds.worker`, `e2e_bench.ratio_to_ceiling`). "
+        "The model uses the eval-like figure: its mix (faults, fabric counters) is the fleet's.",
         "",
     ]
 
