@@ -15,6 +15,7 @@ import typer
 
 from rankscope.cli import (
     agent,
+    capacity,
     database,
     demo,
     errors,
@@ -98,6 +99,7 @@ app.command()(replay.replay)
 app.command("schemas-export")(schemas.schemas_export)
 app.command("agent")(agent.agent)
 app.command("kafka-acls")(kafka.kafka_acls)
+app.command()(capacity.capacity)
 
 app.add_typer(services.services_app, name="services")
 app.add_typer(grafana.grafana_app, name="grafana")
