@@ -74,7 +74,7 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topics.recovery_input,
         topics.recovery_control,
     ]
-    sink_reads = [topics.events, *derived_out, topics.recovery]
+    sink_reads = [topics.events, *derived_out, topics.recovery, topics.baselines]
 
     def topic(role: Role, name: str, *ops: Op) -> AclRule:
         return AclRule(role=role, resource="topic", name=name, operations=ops)
@@ -87,6 +87,8 @@ def acl_plan(topics: Topics) -> list[AclRule]:
     rules += [topic("worker", t, "READ", "DESCRIBE") for t in topics.all_raw]
     rules += [topic("worker", t, "WRITE", "DESCRIBE") for t in derived_out]
     rules += [topic("worker", t, "READ", "WRITE", "DESCRIBE") for t in worker_own]
+    # every worker reads the baselines whole, assigned, never committing (issue 19)
+    rules.append(topic("worker", topics.baselines, "READ", "DESCRIBE"))
     rules += [
         group("worker", f"{p}-streams", "READ"),
         # probes that read offsets or partitions under a throwaway group id, never joining it
@@ -101,6 +103,7 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topic("operator", topics.recovery_control, "READ", "WRITE", "DESCRIBE"),
         topic("operator", topics.recovery_input, "WRITE", "DESCRIBE"),
         topic("operator", topics.recovery, "READ", "DESCRIBE"),
+        topic("operator", topics.baselines, "READ", "WRITE", "DESCRIBE"),  # `baseline record`
         # `recovery status` reads whole topics under a throwaway group id
         group("operator", "read-", "DESCRIBE", prefixed=True),
         group("operator", "rankscope-replay-", "DESCRIBE", prefixed=True),
