@@ -73,6 +73,7 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topics.worker_state,
         topics.recovery_input,
         topics.recovery_control,
+        topics.baselines,  # read whole by every worker, assigned, never committing (issue 19)
     ]
     sink_reads = [topics.events, *derived_out, topics.recovery, topics.baselines]
 
@@ -87,8 +88,6 @@ def acl_plan(topics: Topics) -> list[AclRule]:
     rules += [topic("worker", t, "READ", "DESCRIBE") for t in topics.all_raw]
     rules += [topic("worker", t, "WRITE", "DESCRIBE") for t in derived_out]
     rules += [topic("worker", t, "READ", "WRITE", "DESCRIBE") for t in worker_own]
-    # every worker reads the baselines whole, assigned, never committing (issue 19)
-    rules.append(topic("worker", topics.baselines, "READ", "DESCRIBE"))
     rules += [
         group("worker", f"{p}-streams", "READ"),
         # probes that read offsets or partitions under a throwaway group id, never joining it
