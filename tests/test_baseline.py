@@ -93,9 +93,14 @@ def job_events(
     return sorted(out, key=lambda e: e.ts)
 
 
+def _clock() -> int:
+    """The findings' emitted stamp (metadata), fixed so findings compare equal."""
+    return 42
+
+
 def analyze(events: list[Event], job: str, chunk: int | None = None) -> JobAnalyzer:
     """Feed a job's events to its analyzer (in ``chunk``-sized reads when given) and flush."""
-    analyzer = JobAnalyzer("c1", job, clock_ns=lambda: 42)
+    analyzer = JobAnalyzer("c1", job, clock_ns=_clock)
     for i, ev in enumerate(events):
         analyzer.observe(ev)
         if chunk and i % chunk == 0:
@@ -257,3 +262,22 @@ def test_span_events_without_attributes_build_no_profile() -> None:
     analyzer = analyze(sorted(events, key=lambda e: e.ts), "bare-1")
     assert analyzer.baseline.profile is None
     assert book_of(reference()).findings(analyzer) == []
+
+
+def test_a_restored_snapshot_reaches_the_same_finding() -> None:
+    """A worker restarted from a snapshot taken mid-job (before or after the profile froze)
+    judges the job as one that never stopped: same id, same figures."""
+    import pickle
+
+    events = job_events("slow-4", 411.1, {**REF_ENV, "NCCL_ALGO": "Tree"})
+    book = book_of(reference())
+    (whole,) = book.findings(analyze(events, "slow-4"))
+    for cut in (len(events) // 4, 3 * len(events) // 4):
+        first = JobAnalyzer("c1", "slow-4", clock_ns=_clock)
+        for ev in events[:cut]:
+            first.observe(ev)
+        restored: JobAnalyzer = pickle.loads(pickle.dumps(first))
+        for ev in events[cut:]:
+            restored.observe(ev)
+        restored.flush()
+        assert book.findings(restored) == [whole]
