@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 from pydantic import ValidationError
@@ -26,6 +27,8 @@ from rankscope.streams.analysis.job import JobAnalyzer
 
 log = logging.getLogger(__name__)
 
+#: how often a worker looks for a baselines topic that does not exist
+_LOOKUP_EVERY_S = 30.0
 #: records read per tick at most (a compacted topic holds one per key: this is plenty)
 _MAX_PER_TICK = 5000
 
@@ -51,14 +54,18 @@ class BaselineFeed:
             )
         )
         self._assigned = False
+        self._next_lookup = 0.0  # monotonic: when to look for a missing topic again
 
     def _read(self) -> list[tuple[bytes | None, bytes | None]]:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         if not self._assigned:
-            meta = self._client.list_topics(self.topic, timeout=5).topics.get(self.topic)
+            if time.monotonic() < self._next_lookup:
+                return []
+            self._next_lookup = time.monotonic() + _LOOKUP_EVERY_S
+            meta = self._client.list_topics(self.topic, timeout=2).topics.get(self.topic)
             if meta is None or meta.error is not None or not meta.partitions:
-                return []  # not created yet: tried again next tick
+                return []  # not created (yet): looked up again in a while, the tick not held up
             self._client.assign(
                 [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(meta.partitions)]
             )
