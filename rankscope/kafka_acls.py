@@ -73,8 +73,9 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topics.worker_state,
         topics.recovery_input,
         topics.recovery_control,
+        topics.baselines,  # read whole by every worker, assigned, never committing (issue 19)
     ]
-    sink_reads = [topics.events, *derived_out, topics.recovery]
+    sink_reads = [topics.events, *derived_out, topics.recovery, topics.baselines]
 
     def topic(role: Role, name: str, *ops: Op) -> AclRule:
         return AclRule(role=role, resource="topic", name=name, operations=ops)
@@ -101,6 +102,7 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topic("operator", topics.recovery_control, "READ", "WRITE", "DESCRIBE"),
         topic("operator", topics.recovery_input, "WRITE", "DESCRIBE"),
         topic("operator", topics.recovery, "READ", "DESCRIBE"),
+        topic("operator", topics.baselines, "READ", "WRITE", "DESCRIBE"),  # `baseline record`
         # `recovery status` reads whole topics under a throwaway group id
         group("operator", "read-", "DESCRIBE", prefixed=True),
         group("operator", "rankscope-replay-", "DESCRIBE", prefixed=True),

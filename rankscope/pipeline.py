@@ -224,6 +224,7 @@ class Pipeline:
                 t.quarantine,
                 t.redaction_audit,
                 t.recovery,
+                t.baselines,
             ],
             security=sec,
         )

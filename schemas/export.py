@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from rankscope.schemas.baselines import Baseline
 from rankscope.schemas.derived import DeadLetter, Detection, Incident, LateEvent, RankWindow
 from rankscope.schemas.events import MODEL_BY_SCHEMA
 
@@ -33,6 +34,7 @@ def schema_documents() -> dict[str, str]:
             "late_event.v1": LateEvent,
             "detection.v1": Detection,
             "incident.v1": Incident,
+            "baseline.v1": Baseline,
         }
     )
     for name, model in sorted(models.items()):

@@ -129,6 +129,14 @@ class Topics:
         return f"{self.prefix}.recovery_control"
 
     @property
+    def baselines(self) -> str:
+        """Reference baselines (``schemas/baselines.py``), compacted, keyed by model/config key.
+
+        Under the raw prefix: like the raw events it is an input the operators wrote, so a replay
+        into a prefix of its own compares against the same baselines (issue 19)."""
+        return f"{self.raw_prefix or self.prefix}.baselines"
+
+    @property
     def worker_outputs(self) -> list[str]:
         """What the stream worker derives for the sink and nobody reads back: one list for the
         ACL plan and for tests that scan every derived topic."""
@@ -158,6 +166,7 @@ class Topics:
             self.recovery,
             self.recovery_input,
             self.recovery_control,
+            self.baselines,
         ]
 
 
@@ -310,6 +319,17 @@ def topic_specs(
             partitions=1,
             cleanup_policy="compact",
             why="operators' pause/resume: compacted, so the latest command is kept for good",
+            **common,
+        )
+    )
+    specs.append(
+        TopicSpec(
+            name=topics.baselines,
+            role="internal",
+            partitions=1,
+            cleanup_policy="compact",
+            why="reference baselines, keyed by model/config key: compacted, the latest per key "
+            "is kept for good; every worker reads it whole (issue 19)",
             **common,
         )
     )

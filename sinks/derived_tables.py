@@ -17,6 +17,7 @@ from rankscope.schemas.derived import (
     RecoveryEvent,
     RedactionAudit,
 )
+from rankscope.sinks.baseline_table import BASELINE_TABLE
 from rankscope.sinks.columns import Column, TableSpec, nullable_int, str_map
 
 
@@ -210,6 +211,7 @@ DERIVED_TABLES: list[TableSpec] = [
     AUDIT_TABLE,
     QUARANTINE_TABLE,
     RECOVERY_TABLE,
+    BASELINE_TABLE,
 ]
 
 __all__ = [

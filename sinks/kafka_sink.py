@@ -36,6 +36,7 @@ from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait
 
 from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
 from rankscope.observability.exporters import serve_sink
+from rankscope.schemas.baselines import Baseline
 from rankscope.schemas.derived import (
     DeadLetter,
     DeadLetterCode,
@@ -50,6 +51,7 @@ from rankscope.schemas.derived import (
 from rankscope.schemas.events import EVENT_LIST_ADAPTER
 from rankscope.schemas.topics import DEFAULT_PREFIX, Topics
 from rankscope.sinks.access import url_for
+from rankscope.sinks.baseline_table import BASELINE_TABLE
 from rankscope.sinks.clickhouse import Migration, connect, migrate, pending_migrations
 from rankscope.sinks.rows import (
     AUDIT_TABLE,
@@ -176,6 +178,7 @@ class ClickHouseSink:
             topics.quarantine: self._decode_model(QuarantinedEvent, QUARANTINE_TABLE),
             topics.redaction_audit: self._decode_model(RedactionAudit, AUDIT_TABLE),
             topics.recovery: self._decode_model(RecoveryEvent, RECOVERY_TABLE),
+            topics.baselines: self._decode_model(Baseline, BASELINE_TABLE),
         }
         consumer_conf: dict[str, Any] = {
             **kafka_config(config.bootstrap, config.security),

@@ -22,6 +22,7 @@ from rankscope.kafka_security import check_access, faust_credentials
 from rankscope.observability.exporters import serve_worker
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
+from rankscope.streams.stages.baselines import BaselineBook, BaselineFeed
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -89,6 +90,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         to_decider=recovery.to_decider,
         highwater=highwater,
         upstream=RawProgress(config.bootstrap, config.app_id),
+        baselines=BaselineBook(BaselineFeed(config.bootstrap, config.topics.baselines)),
     )
 
     async def flush_outputs() -> None:

@@ -36,9 +36,18 @@ from rankscope.schemas.events import (
     FabricEventEvent,
     GpuEventEvent,
     GpuSampleEvent,
+    NodeInventoryEvent,
     SpanEvent,
 )
-from rankscope.schemas.payloads import CommEvent, FabricEvent, GpuEvent, GpuSample, Span
+from rankscope.schemas.payloads import (
+    CommEvent,
+    FabricEvent,
+    GpuEvent,
+    GpuSample,
+    NodeInventory,
+    Span,
+    inventory_fingerprint,
+)
 from rankscope.sinks.clickhouse import connect, migrate
 from rankscope.sinks.named_queries import load_queries, run_query
 from rankscope.sinks.rows import (
@@ -623,3 +632,110 @@ def test_parameters_are_checked_before_the_server_sees_them() -> None:
     assert json.dumps(
         sorted(load_queries())
     )  # every file parses (names match, placeholders declared)
+
+
+# -- reference baselines (issue 19): job_profile and job_config on a job of their own ---------
+
+BL_JOB = "bl-job"
+
+
+def _bl_span(rank: int, step: int, phase: str, start_s: float, dur_s: float, **attrs: Any) -> Any:
+    start, end = T + int(start_s * S), T + int((start_s + dur_s) * S)
+    return SpanEvent(
+        **_env("span", end, NODE[rank], rank, BL_JOB),
+        payload=Span(
+            name=phase,
+            phase=phase,  # type: ignore[arg-type]
+            trace_id=f"{step:032x}",
+            span_id=f"{next(_n):016x}",
+            start_ns=start,
+            end_ns=end,
+            step=step,
+            status="ok",
+            attributes=attrs,
+        ),
+    )
+
+
+def _bl_events() -> list[Envelope]:
+    """Two ranks, steps 0-3: backward is 3+k s on rank 0 and 5+k s on rank 1 (per-step median
+    4+k), collective 2 and 1 s; rank 2 has a step 0 without a collective (left out)."""
+    out: list[Envelope] = []
+    env = {"rankscope.model": "m1", "rankscope.global_batch": 64, "rankscope.samples": 32}
+    for k in range(4):
+        t = 20.0 * k
+        for rank, backward, collective in ((0, 3 + k, 2.0), (1, 5 + k, 1.0)):
+            mark = t
+            for phase, dur in (("data", 1.0), ("forward", 2.0), ("backward", backward)):
+                out.append(_bl_span(rank, k, phase, mark, dur))
+                mark += dur
+            out.append(_bl_span(rank, k, "optimizer", mark, 1.0))
+            out.append(
+                _bl_span(
+                    rank,
+                    k,
+                    "collective",
+                    mark + 1,
+                    collective,
+                    **env,
+                    **{"rankscope.env.NCCL_ALGO": "Ring"},
+                )
+            )
+    out.append(_bl_span(2, 0, "data", 0, 30.0))
+    for node, at, driver in (("node000", 0, "530.30.02"), ("node000", 5, "535.161.08"),
+                             ("node001", 0, "535.161.08")):  # fmt: skip
+        fields = {"driver_version": driver, "nccl_version": "2.21.5", "gpu_model": "H100",
+                  "gpu_count": 8, "hca_firmware": {"mlx5_0": "28", "mlx5_1": "28"}}  # fmt: skip
+        out.append(
+            NodeInventoryEvent(
+                **_env("node_inventory", T + at * S, node, None, BL_JOB),
+                payload=NodeInventory(**fields, fingerprint=inventory_fingerprint(fields)),
+            )
+        )
+    for i, (clock, power) in enumerate(((1980.0, 400.0), (1980.0, 500.0), (1700.0, 600.0))):
+        out.append(
+            GpuSampleEvent(
+                **_env("gpu_sample", T + i * S, "node000", 0, BL_JOB, gpu=0),
+                payload=GpuSample(
+                    gpu_uuid="GPU-0", sm_util_pct=90, sm_clock_mhz=clock, power_w=power
+                ),
+            )
+        )
+    return out
+
+
+@pytest.fixture(scope="module")
+def profiled(known: tuple[Client, str]) -> tuple[Client, str]:
+    client, db = known
+    by_table: dict[str, tuple[TableSpec, list[Any]]] = {}
+    for ev in _bl_events():
+        spec = event_spec(ev)  # type: ignore[arg-type]
+        by_table.setdefault(spec.table, (spec, []))[1].append(spec.to_row(ev))
+    for spec, rows in by_table.values():
+        client.insert(f"{db}.{spec.table}", rows, column_names=spec.columns)
+    return known
+
+
+def test_job_profile(profiled: tuple[Client, str]) -> None:
+    rows = _rows(profiled, "job_profile", job_id=BL_JOB, skip_steps="0")
+    got = {r["phase"]: (r["steps"], r["ranks"], r["median_s"], r["spread_s"]) for r in rows}
+    assert list(got) == ["data", "forward", "backward", "optimizer", "collective", "step"]
+    assert got["data"] == (4, 2, 1.0, 0.0)
+    assert got["backward"] == (4, 2, 5.5, 1.5)  # per-step medians 4, 5, 6, 7
+    assert got["collective"] == (4, 2, 1.5, 0.0)
+    assert got["step"] == (4, 2, 11.0, 1.5)  # per rank 9+k and 10+k
+    warm = {r["phase"]: r["median_s"] for r in _rows(profiled, "job_profile", job_id=BL_JOB)}
+    assert warm["backward"] == 6.5  # steps 2 and 3 only
+    assert _rows(profiled, "job_profile", job_id="nope") == []
+
+
+def test_job_config(profiled: tuple[Client, str]) -> None:
+    (row,) = _rows(profiled, "job_config", job_id=BL_JOB)
+    assert row["model"] == "m1" and row["global_batch"] == 64
+    assert row["env"] == {"rankscope.env.NCCL_ALGO": "Ring"}
+    assert row["ranks"] == 3
+    assert row["driver_version"] == ["535.161.08"]  # each node's latest inventory
+    assert row["nccl_version"] == ["2.21.5"] and row["gpu_model"] == ["H100"]
+    assert (row["gpus_per_node"], row["nodes"], row["hcas_per_node"]) == (8, 2, 2)
+    assert (row["sm_clock_mhz"], row["power_w"]) == (1980.0, 500.0)
+    assert row["samples_per_step"] == 64.0

@@ -15,6 +15,7 @@ import typer
 
 from rankscope.cli import (
     agent,
+    baseline,
     capacity,
     database,
     demo,
@@ -106,6 +107,7 @@ app.add_typer(grafana.grafana_app, name="grafana")
 app.add_typer(redaction.redaction_app, name="redaction")
 app.add_typer(recovery.recovery_app, name="recovery")
 app.add_typer(topics.topics_app, name="topics")
+app.add_typer(baseline.baseline_app, name="baseline")
 
 
 def _command(args: list[str]) -> str:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from rankscope.schemas.derived import Detection, Incident
 from rankscope.schemas.events import Event
+from rankscope.streams.analysis.baseline import BaselineConfig, ProfileTracker
 from rankscope.streams.analysis.liveness import LivenessConfig, LivenessDetector
 from rankscope.streams.analysis.reorder import EventTimeBuffer
 from rankscope.streams.analysis.rootcause import RootCauseAttributor, RootCauseConfig
@@ -29,6 +30,7 @@ class AnalysisConfig(BaseModel):
     stragglers: StragglerConfig = Field(default_factory=StragglerConfig)
     liveness: LivenessConfig = Field(default_factory=LivenessConfig)
     rootcause: RootCauseConfig = Field(default_factory=RootCauseConfig)
+    baseline: BaselineConfig = Field(default_factory=BaselineConfig)
 
 
 @dataclass
@@ -61,6 +63,8 @@ class JobAnalyzer:
         self.rootcause = RootCauseAttributor(
             self.cluster, self.job_id, self.config.rootcause, clock_ns=self.clock_ns
         )
+        #: the job's profile for the reference-baseline comparison (streams/stages/baselines.py)
+        self.baseline = ProfileTracker(self.cluster, self.job_id, self.config.baseline)
         self._step_ns = int(self.step_s * 1e9)
         self._pushed = 0  # since the last step
         self._stepped_lead = -(2**62)  # the buffer's newest event time at the last step
@@ -101,6 +105,7 @@ class JobAnalyzer:
         # neither "silent" (behind) nor pushing everyone else into silence (ahead).
         self.liveness.observe(ev, max(self.event_time, 0))
         self.rootcause.observe(ev, ts)
+        self.baseline.observe(ev)
 
     def _recompute_event_time(self) -> None:
         """The job's event time: the 75th percentile of the nodes' latest corrected times.
@@ -149,7 +154,9 @@ class JobAnalyzer:
             self.clock.update(stats)
             end = min(stats.end_ts_by_node.values()) if stats.end_ts_by_node else self.event_time
             node0 = min(stats.end_ts_by_node, key=lambda n: stats.end_ts_by_node[n], default="")
-            detections.extend(self.stragglers.on_step(stats, self.clock.correct(node0, end), now))
+            step_end = self.clock.correct(node0, end)
+            detections.extend(self.stragglers.on_step(stats, step_end, now))
+            self.baseline.on_step(stats, step_end)
         if self.event_time >= 0:
             aligned = self._steps_done >= self.min_steps_for_clock
             for det in self.liveness.advance(self.event_time, now, check_nodes=aligned):

@@ -33,6 +33,7 @@ class RankStep:
     collective_ns: int | None = None
     collective_end_ts: int | None = None  # source clock of the rank's node
     phases: int = 0
+    phase_ns: dict[str, int] = field(default_factory=dict)  # per compute phase
 
 
 @dataclass
@@ -47,6 +48,10 @@ class StepStats:
     node_of: dict[int, str]
     median_compute_ns: float
     median_data_ns: float
+    #: per phase (compute phases and "collective"): the median over ranks (0 where a rank
+    #: lacks it), and "step" (each rank's compute + collective): what a reference-baseline
+    #: profile is built from (streams/analysis/baseline.py)
+    median_phase_ns: dict[str, float] = field(default_factory=dict)
 
     def late_arrivers(self, share: float) -> set[int]:
         """Ranks among the last ``share`` to arrive (shortest collectives)."""
@@ -105,6 +110,7 @@ class StepJoin:
         else:
             rs.compute_ns += dur
             rs.phases += 1
+            rs.phase_ns[phase] = rs.phase_ns.get(phase, 0) + dur
             if phase == "data":
                 rs.data_ns += dur
 
@@ -141,6 +147,17 @@ class StepJoin:
         compute = {r: s.compute_ns for r, s in complete.items()}
         data = {r: s.data_ns for r, s in complete.items()}
         end_by_node = {n: int(statistics.median(v)) for n, v in ends.items()}
+        phase_names = {p for s in complete.values() for p in s.phase_ns}
+        median_phase = {
+            p: float(statistics.median(s.phase_ns.get(p, 0) for s in complete.values()))
+            for p in phase_names
+        }
+        median_phase["collective"] = float(
+            statistics.median(s.collective_ns or 0 for s in complete.values())
+        )
+        median_phase["step"] = float(
+            statistics.median(s.compute_ns + (s.collective_ns or 0) for s in complete.values())
+        )
         self._references[step] = int(statistics.median(end_by_node.values()))
         while len(self._references) > 32:
             oldest = min(self._references)
@@ -156,6 +173,7 @@ class StepJoin:
                 node_of={r: s.node for r, s in complete.items()},
                 median_compute_ns=statistics.median(compute.values()),
                 median_data_ns=statistics.median(data.values()),
+                median_phase_ns=median_phase,
             )
         )
 

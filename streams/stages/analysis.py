@@ -22,6 +22,7 @@ from rankscope.schemas.derived import RecoveryInput
 from rankscope.schemas.events import Event
 from rankscope.streams.analysis.job import JobAnalyzer
 from rankscope.streams.config import StreamsConfig
+from rankscope.streams.stages.baselines import BaselineBook
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.state import PartitionState
 from rankscope.streams.upstream import Upstream
@@ -44,6 +45,7 @@ class AnalysisStage:
         to_decider: ToDecider,
         highwater: Highwater | None = None,
         upstream: Upstream | None = None,
+        baselines: BaselineBook | None = None,
     ):
         self.config = config
         self.topics = topics
@@ -65,6 +67,8 @@ class AnalysisStage:
         self.source_of: dict[str, str] = {}  # job -> raw partition of its newest record
         self.raw_mark: dict[str, int] = {}  # job -> its raw partition's end when it went quiet
         self.raw_done: set[str] = set()  # jobs whose raw partition was validated past the mark
+        #: the reference baselines (issue 19): their findings join each job's detections
+        self.baselines = baselines or BaselineBook()
 
     def read(self, tp: Any, offset: int) -> None:
         """The windows agent read the record at ``offset`` of ``tp`` (or skipped it)."""
@@ -184,6 +188,7 @@ class AnalysisStage:
 
     async def publish_findings(self, analyzer: JobAnalyzer, flush: bool = False) -> None:
         detections, incidents = analyzer.flush() if flush else analyzer.take()
+        detections = [*detections, *self.baselines.findings(analyzer)]
         for d in detections:
             self.counters.detections += 1
             self.counters.detections_by_type[d.detection_type] += 1
@@ -201,6 +206,9 @@ class AnalysisStage:
     async def tick(self, now: float) -> None:
         """The timer's analysis part (after the windows' close): flush idle jobs, drop old ones."""
         config = self.config
+        if await self.baselines.poll():  # a new baseline: judge the jobs already profiled
+            for analyzer in list(self.analyzers.values()):
+                await self.publish_findings(analyzer)
         # A job whose events stopped (it died, or the stream ended) has no more event time to
         # push its analysis forward: attribute what is still settling, once.
         for jid, seen in list(self.analyzer_seen.items()):
