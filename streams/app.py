@@ -22,6 +22,7 @@ from rankscope.kafka_security import check_access, faust_credentials
 from rankscope.observability.exporters import serve_worker
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
+from rankscope.streams.stages.handoff import ParsedHandoff
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -77,7 +78,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     # the decider host is the analysis' way to the decider, and the windows stage's events
     # agent feeds both.
     recovery = DeciderHost(config, topics, counters)
-    validate = ValidateStage(config, topics, counters)
+    handoff = ParsedHandoff()  # validate's parsed events, so the windows agent parses them once
+    validate = ValidateStage(config, topics, counters, handoff=handoff)
 
     def highwater(tp: Any) -> int | None:
         return app.consumer.highwater(tp)  # looked up late: the consumer starts with the worker
@@ -96,7 +98,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
 
     snapshots = SnapshotKeeper(config, topics, counters, analysis, flush_outputs=flush_outputs)
     windows = WindowsStage(
-        config, topics, counters, analysis=analysis, recovery=recovery, snapshots=snapshots
+        config,
+        topics,
+        counters,
+        analysis=analysis,
+        recovery=recovery,
+        snapshots=snapshots,
+        handoff=handoff,
     )
 
     # Registered in this order: the validate agent, the decider's agent and its revoke
