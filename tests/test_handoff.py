@@ -77,3 +77,18 @@ def test_validated_events_equal_their_serialised_form_parsed_again() -> None:
             assert EVENT_LIST_ADAPTER.validate_json(dump_events(result.events)) == result.events
             kinds |= {ev.kind for ev in result.events}
     assert {"span", "gpu_sample", "heartbeat", "node_inventory", "fabric_counters"} <= kinds
+
+
+def test_dump_events_writes_the_bytes_of_the_list_serializer() -> None:
+    """The per-model fast path of ``dump_events`` is byte for byte the adapter's output (the
+    events topic's wire format), for every kind, escapes and non-ASCII text included."""
+    odd = span(3, NOW_NS, phase="step")
+    odd = odd.model_copy(update={"job_id": 'job "ü" \\ \n\u2028 ✓'})
+    batches: list[list] = [[], [odd]]  # type: ignore[type-arg]
+    for case in scenario_suite(16, 1, duration_s=20.0):
+        events, _ = simulate_with_faults(case.config, case.faults)
+        batches.append(list(events))
+    kinds = {ev.kind for batch in batches for ev in batch}
+    assert len(kinds) >= 6, kinds
+    for batch in batches:
+        assert dump_events(batch) == EVENT_LIST_ADAPTER.dump_json(batch, by_alias=True)
