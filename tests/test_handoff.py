@@ -46,13 +46,19 @@ def test_other_bytes_under_the_same_source_are_not_taken() -> None:
 
 
 def test_the_oldest_records_go_past_the_bound() -> None:
-    handoff = ParsedHandoff(capacity=2)
+    handoff = ParsedHandoff(capacity=6)  # events: two records of three
     records = [_record(i) for i in range(3)]
     for source, value, events in records:
         handoff.put(source, value, events)
     assert handoff.take(records[0][0], records[0][1]) is None
     assert handoff.take(records[1][0], records[1][1]) is records[1][2]
     assert handoff.take(records[2][0], records[2][1]) is records[2][2]
+    handoff.put(*records[0])
+    handoff.put(*records[0])  # the same record put twice is held once
+    assert handoff.take(records[0][0], records[0][1]) is records[0][2]
+    small = ParsedHandoff(capacity=2)
+    small.put(*records[0])  # three events: over the bound, not held
+    assert small.take(records[0][0], records[0][1]) is None
 
 
 def test_the_source_header_is_found_in_either_header_shape() -> None:
