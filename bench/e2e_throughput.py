@@ -5,6 +5,9 @@ confluent-kafka consumer reading the same raw topics (parsing each record's JSON
 The ratio is the number to watch; absolute figures move with the machine.
 
     .venv/bin/python bench/e2e_throughput.py --ranks 512 --duration 60
+
+``--profile FILE`` samples the worker with py-spy during the measured run (folded stacks, which
+``bench/worker_profile.py`` sorts into the worker's stages).
 """
 
 from __future__ import annotations
@@ -13,6 +16,9 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -107,6 +113,28 @@ def cpu_seconds(pid: int | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@contextlib.contextmanager
+def sampled(pid: int | None, out: Path | None) -> Iterator[None]:
+    """py-spy samples ``pid`` while the block runs (nothing when ``out`` is None). Non-blocking
+    sampling: the worker is never paused, so the profile costs it (almost) no time."""
+    if out is None or pid is None:
+        yield
+        return
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking",
+         "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+        proc.wait(timeout=60)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--ranks", type=int, default=512)
@@ -114,6 +142,7 @@ def main() -> int:
     ap.add_argument("--bootstrap")
     ap.add_argument("--clickhouse-url")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--profile", type=Path, help="py-spy folded stacks of the worker, here")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="rankscope-bench-"))
@@ -153,14 +182,19 @@ def main() -> int:
             }
             cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
             events = list(simulate(sim))  # generated before the clock starts
-            t0 = time.perf_counter()
-            n, publish_s = publish(cfg, events)
-            while (have := stored(client, cfg.database, sim.job_id)) < n:
-                if time.perf_counter() - t0 > 600:
-                    raise RuntimeError(f"only {have} of {n} rows after 600 s")
-                time.sleep(0.2)
-            e2e_s = time.perf_counter() - t0
-            cpu = {k: round(cpu_seconds(v) - cpu0[k], 2) for k, v in pids.items()}
+            with sampled(pids["worker"], args.profile):
+                t0 = time.perf_counter()
+                n, publish_s = publish(cfg, events)
+                while (have := stored(client, cfg.database, sim.job_id)) < n:
+                    if time.perf_counter() - t0 > 600:
+                        raise RuntimeError(f"only {have} of {n} rows after 600 s")
+                    time.sleep(0.2)
+                e2e_s = time.perf_counter() - t0
+                cpu = {k: round(cpu_seconds(v) - cpu0[k], 2) for k, v in pids.items()}
+                # Rows stored is not the worker done: its windows and analysis may still be
+                # behind. The per-event cost counts all of its work on these events.
+                pipeline.wait_drained(300)
+                worker_cpu = cpu_seconds(pids["worker"]) - cpu0["worker"]
 
         ceil = ceiling(cfg, n + n_warm)
     e2e = n / e2e_s
@@ -172,6 +206,9 @@ def main() -> int:
         "ratio_to_ceiling": round(e2e / ceil, 3),
         "goal_events_per_s": 20_000,
         "cpu_seconds": cpu,
+        # the issue's second figure: what one worker core handles, whatever the machine's load
+        "worker_cpu_s_until_drained": round(worker_cpu, 2),
+        "events_per_worker_cpu_s": round(n / worker_cpu) if worker_cpu else None,
     }
     print(
         f"events: {n:,}  publish: {n / publish_s:,.0f}/s  end-to-end: {e2e:,.0f}/s "
@@ -179,6 +216,7 @@ def main() -> int:
         f"goal: 20,000/s -> {'MET' if e2e >= 20_000 else 'NOT MET'}"
     )
     print(f"CPU seconds during the measured run: {cpu}")
+    print(f"events per worker CPU second: {figures['events_per_worker_cpu_s']}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")

@@ -86,7 +86,14 @@ class RedactionStage:
         self.redactor: RedactorBase = redactor
         self.stats = RedactionStats()
         self._active = {kind: self.policy.active(kind) for kind in self.policy.by_kind}
+        #: per kind, the dict keys that have a rule of their own: computed once, not per event
+        self._keyed = {
+            kind: frozenset(r.key for r in rules if r.key is not None)
+            for kind, rules in self._active.items()
+        }
         self._caches: dict[str, _Cache] = {}
+        #: rule (by identity: the policy's rules live as long as the stage) -> its field's cache
+        self._cache_of: dict[int, _Cache] = {}
         self._window_ns = rules.settings.audit_window_s * 1_000_000_000
         self._capacity = rules.settings.cache_entries_per_field
 
@@ -98,7 +105,7 @@ class RedactionStage:
             return []
         payload = ev.payload
         slots: list[_Slot] = []
-        keyed = {r.key for r in rules if r.key is not None}
+        keyed = self._keyed[ev.kind]
         for r in rules:
             holder: Any = ev if r.on_envelope else payload
             value = getattr(holder, r.attr, None)
@@ -118,10 +125,14 @@ class RedactionStage:
         return slots
 
     def _cache(self, rule: FieldRule) -> _Cache:
-        name = f"{rule.kind}.{rule.attr}"
-        cache = self._caches.get(name)
+        """The field's cache (one per kind and field, whichever of its rules asks)."""
+        cache = self._cache_of.get(id(rule))
         if cache is None:
-            cache = self._caches[name] = _Cache(self._capacity)
+            name = f"{rule.kind}.{rule.attr}"
+            cache = self._caches.get(name)
+            if cache is None:
+                cache = self._caches[name] = _Cache(self._capacity)
+            self._cache_of[id(rule)] = cache
         return cache
 
     # -- the stage -----------------------------------------------------------------------------
@@ -162,19 +173,22 @@ class RedactionStage:
             failed: list[tuple[str, RedactionError]] = []
             changes: list[tuple[FieldRule, str | None, str]] = []
             for rule, key, value in slots:
-                path = rule.path if key is None or rule.key is not None else f"{rule.path}.{key}"
                 if rule.action == "drop":
                     if value == DROPPED:  # dropped before publishing: counted where it was
                         continue
                     changes.append((rule, key, DROPPED))
                     stats.values_dropped += 1
+                    path = _path(rule, key)
                     dims = (window, ev.cluster, ev.job_id, ev.kind, path, "", "field_policy")
                     audit[(*dims, "drop")] += 1
                     continue
                 res = results[value]
                 if isinstance(res, RedactionError):
-                    failed.append((path, res))
+                    failed.append((_path(rule, key), res))
                     continue
+                if not res.changed and not res.near_misses:
+                    continue  # a clean value (most of them): nothing to count or change
+                path = _path(rule, key)
                 for entity, rule_name in res.near_misses:
                     dims = (window, ev.cluster, ev.job_id, ev.kind, path, entity, rule_name)
                     audit[(*dims, "near_miss")] += 1
@@ -283,6 +297,11 @@ class RedactionStage:
             ts=ev.ts,
             event_json=dump_event(stripped).decode(),
         )
+
+
+def _path(rule: FieldRule, key: str | None) -> str:
+    """The field's name in audit rows: ``attributes.<key>`` for a value of a scanned dict."""
+    return rule.path if key is None or rule.key is not None else f"{rule.path}.{key}"
 
 
 def fit(text: str, limit: int | None) -> str:

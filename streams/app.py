@@ -23,6 +23,7 @@ from rankscope.observability.exporters import serve_worker
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.baselines import BaselineBook, BaselineFeed
+from rankscope.streams.stages.handoff import ParsedHandoff
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -78,7 +79,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     # the decider host is the analysis' way to the decider, and the windows stage's events
     # agent feeds both.
     recovery = DeciderHost(config, topics, counters)
-    validate = ValidateStage(config, topics, counters)
+    handoff = ParsedHandoff()  # validate's parsed events, so the windows agent parses them once
+    validate = ValidateStage(config, topics, counters, handoff=handoff)
 
     def highwater(tp: Any) -> int | None:
         return app.consumer.highwater(tp)  # looked up late: the consumer starts with the worker
@@ -98,7 +100,13 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
 
     snapshots = SnapshotKeeper(config, topics, counters, analysis, flush_outputs=flush_outputs)
     windows = WindowsStage(
-        config, topics, counters, analysis=analysis, recovery=recovery, snapshots=snapshots
+        config,
+        topics,
+        counters,
+        analysis=analysis,
+        recovery=recovery,
+        snapshots=snapshots,
+        handoff=handoff,
     )
 
     # Registered in this order: the validate agent, the decider's agent and its revoke
@@ -186,4 +194,7 @@ def run_worker(config: StreamsConfig, metrics_port: int | None = None) -> None:
         serve_worker(counters, config.bootstrap, metrics_port)
     tune_gc()
     worker = faust.Worker(app, loglevel=config.log_level, quiet=True, redirect_stdouts=False)
+    # No terminal spinner: to spin on every log record, faust puts the root logger at DEBUG, so
+    # each faust/aiokafka debug call built a record nobody printed (3% of the worker's time).
+    worker.spinner = None
     worker.execute_from_commandline()

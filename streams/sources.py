@@ -35,22 +35,31 @@ def source_headers(
     return [(SOURCE_HEADER, f"{where}:{offset}".encode())]
 
 
-def record_source(
-    headers: Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None,
-) -> Source | None:
-    """The source of an events record (None: a record without one, e.g. written by hand)."""
+Headers = Mapping[str, bytes] | Iterable[tuple[str, bytes]] | None
+
+
+def source_value(headers: Headers) -> bytes | None:
+    """The raw source header of an events record (None: it has none)."""
     if not headers:
         return None
     pairs = headers.items() if isinstance(headers, Mapping) else headers
     for name, value in pairs:
         if name == SOURCE_HEADER and value:
-            # topic names cannot hold ':' (Kafka allows letters, digits, '.', '_', '-')
-            where, _, offset = value.decode("ascii", "replace").rpartition(":")
-            try:
-                return where, int(offset)
-            except ValueError:
-                return None
+            return bytes(value)
     return None
+
+
+def record_source(headers: Headers) -> Source | None:
+    """The source of an events record (None: a record without one, e.g. written by hand)."""
+    value = source_value(headers)
+    if value is None:
+        return None
+    # topic names cannot hold ':' (Kafka allows letters, digits, '.', '_', '-')
+    where, _, offset = value.decode("ascii", "replace").rpartition(":")
+    try:
+        return where, int(offset)
+    except ValueError:
+        return None
 
 
 class SourceOffsets:

@@ -20,6 +20,7 @@ from rankscope.schemas.topics import partition_key
 from rankscope.streams.config import RedactionConfig, StreamsConfig
 from rankscope.streams.otlp.wire import content_type_of
 from rankscope.streams.sources import source_headers
+from rankscope.streams.stages.handoff import ParsedHandoff
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.validate import (
     RecordRef,
@@ -35,17 +36,26 @@ log = logging.getLogger("rankscope.streams")
 class ValidateStage:
     """Owns the redaction stage; registers the ``<app_id>.validate`` agent on the raw topics."""
 
-    def __init__(self, config: StreamsConfig, topics: StageTopics, counters: StageCounters):
+    def __init__(
+        self,
+        config: StreamsConfig,
+        topics: StageTopics,
+        counters: StageCounters,
+        handoff: ParsedHandoff | None = None,
+    ):
         self.config = config
         self.topics = topics
         self.counters = counters
         self.redact = build_redaction(config.redaction)
+        #: the events it produced, still parsed, for this worker's windows agent
+        self.handoff = handoff
 
     def register(self, app: faust.App) -> None:
         config = self.config
         topics = self.topics
         counters = self.counters
         redact = self.redact
+        handoff = self.handoff
         limits = config.limits
         all_topics = config.topics
 
@@ -106,12 +116,12 @@ class ValidateStage:
                         # a Collector batch mixes jobs and has no job key: one record per job
                         groups = by_partition_key(redacted.events)
                     for split, (key, events) in enumerate(groups.items()):
-                        await topics.events.send(
-                            key=key,
-                            value=dump_events(events),
-                            # a raw record validated again (after a crash) is read once downstream
-                            headers=source_headers(msg.topic, msg.partition, msg.offset, split),
-                        )
+                        value = dump_events(events)
+                        # a raw record validated again (after a crash) is read once downstream
+                        headers = source_headers(msg.topic, msg.partition, msg.offset, split)
+                        if handoff is not None:
+                            handoff.put(headers[0][1], value, events)
+                        await topics.events.send(key=key, value=value, headers=headers)
                 for dead in result.dead:
                     counters.dead_letters += 1
                     counters.dead_letters_by_reason[dead.reason_code] += 1

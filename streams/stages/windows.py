@@ -22,8 +22,9 @@ import faust
 from rankscope.schemas.derived import RankWindow, StepProgress
 from rankscope.schemas.events import EVENT_LIST_ADAPTER
 from rankscope.streams.config import StreamsConfig
-from rankscope.streams.sources import record_source
+from rankscope.streams.sources import record_source, source_value
 from rankscope.streams.stages.analysis import AnalysisStage
+from rankscope.streams.stages.handoff import ParsedHandoff
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -48,8 +49,11 @@ class WindowsStage:
         analysis: AnalysisStage,
         recovery: DeciderHost,
         snapshots: SnapshotKeeper,
+        handoff: ParsedHandoff | None = None,
     ):
         snapshots.windows = self
+        #: the events the validate agent of this worker produced, still parsed
+        self.handoff = handoff
         self.config = config
         self.topics = topics
         self.counters = counters
@@ -157,6 +161,7 @@ class WindowsStage:
         snapshots = self.snapshots
         agg_jobs = self.partition_of
         size_ns = agg.size_ns
+        handoff = self.handoff
 
         @app.agent(topics.events, name=f"{self.config.app_id}.windows")
         async def windows(stream: faust.StreamT[bytes]) -> None:
@@ -173,7 +178,8 @@ class WindowsStage:
                     self.hold(tp, (job_id, last_end, event, offset), True)
                     snapshots.end()
                     continue
-                source = record_source(event.message.headers)
+                headers = event.message.headers
+                source = record_source(headers)
                 if snapshots.duplicate(tp, source):
                     # its raw record was validated twice: acknowledged in offset order once
                     # a snapshot includes it (the snapshot remembers the source as read)
@@ -186,7 +192,10 @@ class WindowsStage:
                 touched: set[str] = set()
                 window_jobs: set[str] = set()
                 progress: list[StepProgress] = []
-                for ev in EVENT_LIST_ADAPTER.validate_json(event.value):
+                parsed = handoff.take(source_value(headers), event.value) if handoff else None
+                if parsed is None:
+                    parsed = EVENT_LIST_ADAPTER.validate_json(event.value)
+                for ev in parsed:
                     job_id = ev.job_id
                     if not self.shape.admit(ev):
                         counters.events_over_job_caps += 1

@@ -1,0 +1,100 @@
+"""The validate agent's parsed events handed to the windows agent (``streams/stages/handoff.py``).
+
+The handoff is only sound if what the windows agent takes is what parsing the record would have
+given it: same bytes, same events. These tests hold it to that, and to taking nothing it was not
+given exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from rankscope.schemas.events import EVENT_LIST_ADAPTER, dump_events
+from rankscope.simulation.fault_suite import scenario_suite
+from rankscope.simulation.faults import simulate_with_faults
+from rankscope.streams.config import ValidationLimits
+from rankscope.streams.sources import source_headers, source_value
+from rankscope.streams.stages.handoff import ParsedHandoff
+from rankscope.streams.validate import RecordRef, validate_message
+from tests.factories import NOW_NS, gpu_sample, heartbeat, span
+
+
+def _record(offset: int, ts: int = NOW_NS) -> tuple[bytes, bytes, list]:  # type: ignore[type-arg]
+    events = [span(0, ts), gpu_sample(1, ts), heartbeat("node000", ts)]
+    value = dump_events(events)
+    source = source_headers("p.raw.events", 0, offset)[0][1]
+    return source, value, events
+
+
+def test_the_events_of_exactly_the_bytes_produced_are_taken_once() -> None:
+    handoff = ParsedHandoff()
+    source, value, events = _record(7)
+    handoff.put(source, value, events)
+    assert handoff.take(source, bytes(value)) is events  # equal bytes, another object
+    assert handoff.take(source, value) is None  # taken at most once: a re-read parses
+    assert (handoff.hits, handoff.misses) == (1, 1)
+
+
+def test_other_bytes_under_the_same_source_are_not_taken() -> None:
+    """Another validation of the same raw record (another worker, another clock) may differ."""
+    handoff = ParsedHandoff()
+    source, value, events = _record(7)
+    _, other, _ = _record(7, ts=NOW_NS + 1)
+    handoff.put(source, value, events)
+    assert handoff.take(source, other) is None
+    assert handoff.take(None, value) is None  # a record without a source header
+
+
+def test_the_oldest_records_go_past_the_bound() -> None:
+    handoff = ParsedHandoff(capacity=6)  # events: two records of three
+    records = [_record(i) for i in range(3)]
+    for source, value, events in records:
+        handoff.put(source, value, events)
+    assert handoff.take(records[0][0], records[0][1]) is None
+    assert handoff.take(records[1][0], records[1][1]) is records[1][2]
+    assert handoff.take(records[2][0], records[2][1]) is records[2][2]
+    handoff.put(*records[0])
+    handoff.put(*records[0])  # the same record put twice is held once
+    assert handoff.take(records[0][0], records[0][1]) is records[0][2]
+    small = ParsedHandoff(capacity=2)
+    small.put(*records[0])  # three events: over the bound, not held
+    assert small.take(records[0][0], records[0][1]) is None
+
+
+def test_the_source_header_is_found_in_either_header_shape() -> None:
+    headers = source_headers("p.raw.events", 3, 1234, split=2)
+    assert source_value(headers) == b"p.raw.events:3/2:1234"
+    assert source_value(dict(headers)) == b"p.raw.events:3/2:1234"
+    assert source_value([("other", b"x")]) is None
+    assert source_value(None) is None
+
+
+def test_validated_events_equal_their_serialised_form_parsed_again() -> None:
+    """What makes the handoff invisible: for every kind the simulator and its faults produce,
+    the validate stage's events equal what the windows agent would parse from the record."""
+    limits = ValidationLimits()
+    kinds: set[str] = set()
+    for case in scenario_suite(16, 1, duration_s=30.0):
+        events, _ = simulate_with_faults(case.config, case.faults)
+        while batch := list(itertools.islice(events, 200)):
+            raw = dump_events(batch)
+            result = validate_message(raw, RecordRef("t", 0, 0, 0), limits, now_ns=batch[0].ts)
+            assert len(result.events) == len(batch) and not result.dead
+            assert EVENT_LIST_ADAPTER.validate_json(dump_events(result.events)) == result.events
+            kinds |= {ev.kind for ev in result.events}
+    assert {"span", "gpu_sample", "heartbeat", "node_inventory", "fabric_counters"} <= kinds
+
+
+def test_dump_events_writes_the_bytes_of_the_list_serializer() -> None:
+    """The per-model fast path of ``dump_events`` is byte for byte the adapter's output (the
+    events topic's wire format), for every kind, escapes and non-ASCII text included."""
+    odd = span(3, NOW_NS, phase="step")
+    odd = odd.model_copy(update={"job_id": 'job "ü" \\ \n\u2028 ✓'})
+    batches: list[list] = [[], [odd]]  # type: ignore[type-arg]
+    for case in scenario_suite(16, 1, duration_s=20.0):
+        events, _ = simulate_with_faults(case.config, case.faults)
+        batches.append(list(events))
+    kinds = {ev.kind for batch in batches for ev in batch}
+    assert len(kinds) >= 6, kinds
+    for batch in batches:
+        assert dump_events(batch) == EVENT_LIST_ADAPTER.dump_json(batch, by_alias=True)
