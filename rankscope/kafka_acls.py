@@ -73,6 +73,7 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topics.worker_state,
         topics.recovery_input,
         topics.recovery_control,
+        topics.fleet_input,
     ]
     sink_reads = [topics.events, *derived_out, topics.recovery]
 

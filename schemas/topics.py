@@ -129,6 +129,13 @@ class Topics:
         return f"{self.prefix}.recovery_control"
 
     @property
+    def fleet_input(self) -> str:
+        """Node inventories of the whole fleet for the fleet drift stage (issue 19): ONE
+        partition, compacted by node and configuration, so one stage sees every node and a
+        rebuild reads each node's configurations however long ago they were sent."""
+        return f"{self.prefix}.fleet_input"
+
+    @property
     def worker_outputs(self) -> list[str]:
         """What the stream worker derives for the sink and nobody reads back: one list for the
         ACL plan and for tests that scan every derived topic."""
@@ -158,6 +165,7 @@ class Topics:
             self.recovery,
             self.recovery_input,
             self.recovery_control,
+            self.fleet_input,
         ]
 
 
@@ -310,6 +318,17 @@ def topic_specs(
             partitions=1,
             cleanup_policy="compact",
             why="operators' pause/resume: compacted, so the latest command is kept for good",
+            **common,
+        )
+    )
+    specs.append(
+        TopicSpec(
+            name=topics.fleet_input,
+            role="internal",
+            partitions=1,
+            cleanup_policy="compact",
+            why="node inventories for fleet drift: one partition (one view of the fleet), "
+            "compacted by node and configuration so a rebuild still sees quiet nodes",
             **common,
         )
     )

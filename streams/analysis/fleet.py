@@ -123,7 +123,6 @@ class DriftFinding:
     pool_size: int
     fingerprint: str
     differences: tuple[Difference, ...]
-    last_seen_ns: int
 
     @property
     def since_ns(self) -> int:
@@ -135,10 +134,11 @@ class DriftFinding:
         raw = f"node_drift|{self.cluster}|{self.node}|{self.fingerprint}".encode()
         return hashlib.blake2b(raw, digest_size=16).hexdigest()
 
-    def detection(self, emitted_ns: int) -> Detection:
+    def detection(self, emitted_ns: int, cleared_ns: int = 0) -> Detection:
         """The ``node_drift`` Detection. Its job is the fleet pseudo-job ``fleet:<node>``: the
         finding belongs to no job, and the recovery decider's per-job bounds (cool-down,
-        backoff) must not let one drifted node hold back the action on another."""
+        backoff) must not let one drifted node hold back the action on another.
+        ``cleared_ns``: the node is back with its pool since then (the same row, rewritten)."""
         what = "; ".join(f"{d.attribute} {d.value} (pool: {d.majority})" for d in self.differences)
         details: dict[str, float | int | str] = {
             "pool": self.pool[:256],
@@ -150,6 +150,9 @@ class DriftFinding:
             details[f"value.{d.attribute}"[:128]] = d.value[:256]
             details[f"majority.{d.attribute}"[:128]] = d.majority[:256]
             details[f"since.{d.attribute}"[:128]] = d.since_ns
+        if cleared_ns:
+            details["cleared_ts"] = cleared_ns
+            what = f"cleared at {cleared_ns}; was: {what}"
         return Detection(
             detection_id=self.detection_id,
             detection_type="node_drift",
@@ -176,11 +179,9 @@ class _Node:
     two copies that arrives later, and the findings must not depend on arrival order."""
 
     changes: list[tuple[int, str, Config]] = field(default_factory=list)
-    last_seen_ns: int = 0
 
     def add(self, ts: int, cfg: Config) -> bool:
         """Insert; False for an inventory already held (the agent re-sent it)."""
-        self.last_seen_ns = max(self.last_seen_ns, ts)
         key = (ts, cfg.fingerprint)
         i = bisect.bisect_left(self.changes, key, key=lambda c: (c[0], c[1]))
         if i < len(self.changes) and self.changes[i][:2] == key:
@@ -217,6 +218,11 @@ class FleetModel:
 
     def nodes(self) -> int:
         return len(self._nodes)
+
+    def last_seen(self, cluster: str, node: str) -> int:
+        """Event time of the node's newest inventory (0: never seen)."""
+        n = self._nodes.get((cluster, node))
+        return n.changes[-1][0] if n else 0
 
     def findings(self) -> list[DriftFinding]:
         """Every node diverging from its pool's majority now, sorted by (cluster, node)."""
@@ -256,8 +262,43 @@ class FleetModel:
             if diffs:
                 out.append(
                     DriftFinding(
-                        cluster, node, pool, len(members), n.current.fingerprint, tuple(diffs),
-                        n.last_seen_ns,
+                        cluster, node, pool, len(members), n.current.fingerprint, tuple(diffs)
                     )
-                )  # fmt: skip
+                )
         return out
+
+
+class FleetView:
+    """The model plus what was published: which findings are new or changed, which cleared.
+
+    A cleared finding is published again under its id with ``details.cleared_ts`` (the event
+    time of the node's newest inventory), so the row says the node is back with its pool."""
+
+    def __init__(self, config: FleetConfig | None = None) -> None:
+        self.config = config or FleetConfig()
+        self.model = FleetModel(self.config)
+        self.published: dict[str, DriftFinding] = {}
+        self.dirty = False
+
+    def observe(self, cluster: str, node: str, ts: int, inv: NodeInventory) -> None:
+        self.dirty |= self.model.observe(cluster, node, ts, inv)
+
+    def reset(self) -> None:
+        """Start again: a rebuild replays the whole input next, and :meth:`settle` then
+        publishes every current finding again (same ids: the same rows)."""
+        self.model = FleetModel(self.config)
+        self.published = {}
+        self.dirty = False
+
+    def settle(self, emitted_ns: int) -> tuple[list[Detection], list[Detection]]:
+        """(new or changed findings, cleared findings) since the last call, as Detections."""
+        self.dirty = False
+        now = {f.detection_id: f for f in self.model.findings()}
+        fresh = [f.detection(emitted_ns) for i, f in now.items() if self.published.get(i) != f]
+        cleared = [
+            f.detection(emitted_ns, cleared_ns=max(self.model.last_seen(f.cluster, f.node), 1))
+            for i, f in self.published.items()
+            if i not in now
+        ]
+        self.published = now
+        return fresh, cleared
