@@ -3,10 +3,12 @@ dataset in a real ClickHouse engine, with exact expected results.
 
 Relative to T (an hour ago, whole seconds), windows of 100 s with 10 steps each:
 - gpu-a07 drifted (driver) since T+100, still drifted; job J1 has ranks 0-1 on it (1.1 s a step
-  from T+100, 1.0 s before) and ranks 2-3 on gpu-a01 (1.0 s): 10 % slower;
+  from T+100, 1.0 s before) and ranks 2-3 on gpu-a01 (1.06 s from T+100): the job 1.08 s;
 - gpu-a21 drifted (NCCL) from T+100 and back with its pool at T+400; job J2 has ranks 0-1 on it
-  (1.05 s a step until T+400, 1.0 s after) and ranks 2-3 on gpu-a02 (1.0 s): 5 % slower;
-- J3 runs on undrifted nodes only; J4 ran on gpu-a07 only before its drift: neither is listed.
+  and ranks 2-3 on gpu-a02, all 1.05 s a step until T+400 (a data-parallel job waits for its
+  slowest rank), 1.0 s after;
+- J3 runs on undrifted nodes only (1.0 s: the clean jobs); J4 ran on gpu-a07 only before its
+  drift: neither is listed.
 """
 
 from __future__ import annotations
@@ -55,9 +57,9 @@ def _detections() -> list[Detection]:
 
 def _windows() -> list[RankWindow]:
     def step_s(job: str, node: str, start: int) -> float:
-        if node == "gpu-a07" and start >= 100:
-            return 1.1
-        if node == "gpu-a21" and 100 <= start < 400:
+        if job == "J1" and start >= 100:
+            return 1.1 if node == "gpu-a07" else 1.06
+        if job == "J2" and 100 <= start < 400:
             return 1.05
         return 1.0
 
@@ -136,20 +138,26 @@ def test_drift_slowdown(drift_db: tuple[Client, str]) -> None:
             "drifted_node": "gpu-a07",
             "differs": "driver_version",
             "drifted_ranks": 2,
-            "other_ranks": 2,
+            "job_step_s": 1.08,
+            "clean_jobs": 1,
+            "clean_step_s": 1.0,
+            "slowdown_pct": 8.0,
             "drifted_step_s": 1.1,
-            "other_step_s": 1.0,
-            "slowdown_pct": 10.0,
+            "other_step_s": 1.06,
+            "vs_same_job_pct": 3.77,
         },
         {
             "job_id": "J2",
             "drifted_node": "gpu-a21",
             "differs": "nccl_version",
             "drifted_ranks": 2,
-            "other_ranks": 2,
-            "drifted_step_s": 1.05,
-            "other_step_s": 1.0,
+            "job_step_s": 1.05,
+            "clean_jobs": 1,
+            "clean_step_s": 1.0,
             "slowdown_pct": 5.0,
+            "drifted_step_s": 1.05,
+            "other_step_s": 1.05,
+            "vs_same_job_pct": 0.0,
         },
     ]
     assert _rows(drift_db, "drift_slowdown", cluster="other") == []

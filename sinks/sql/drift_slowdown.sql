@@ -1,9 +1,12 @@
 -- name: drift_slowdown
--- summary: Do jobs on drifted nodes run slower? Their ranks' step time vs the same jobs' other nodes.
+-- summary: Do jobs on drifted nodes run slower? Their step time vs clean jobs and vs their own other nodes.
 -- For each node_drift finding and each job with ranks on that node while it was drifted (from
--- `since` until it cleared), the mean step time (weighted by steps) of the job's ranks on the
--- drifted node against its ranks on nodes never named by a drift finding, over the same
--- windows. slowdown_pct = (drifted / others - 1) * 100. Read from the per-rank windows.
+-- `since` until it cleared), over those windows: the job's mean step time (weighted by steps),
+-- against the mean of the jobs that never ran on a node named by a drift finding, over the same
+-- stretch (`clean_step_s`, `slowdown_pct`); and the drifted node's ranks against the job's ranks
+-- on undrifted nodes (`vs_same_job_pct`). A data-parallel job waits for its slowest rank at
+-- every collective, so its step spans are as slow on every node: the first comparison shows
+-- the cost, the second shows a node whose own ranks are slower (pipeline or async jobs).
 -- param: cluster String = ''  one cluster (empty: all)
 -- param: hours UInt32 = 0  how far back (0: everything)
 WITH drift AS (
@@ -31,18 +34,42 @@ touched AS (
     INNER JOIN drift AS d ON w.cluster = d.cluster AND w.node = d.node
     WHERE w.node IN (SELECT node FROM drift) AND w.window_start_ns >= d.since_ns
         AND (d.cleared_ns = 0 OR w.window_start_ns < d.cleared_ns)
+),
+jobs AS (
+    SELECT t.cluster AS cluster, t.job_id AS job_id, t.drifted_node AS drifted_node,
+        t.differs AS differs, t.detection_id AS detection_id,
+        min(w.window_start_ns) AS from_ns, max(w.window_start_ns) AS to_ns,
+        uniqExactIf(w.rank, w.node = t.drifted_node) AS drifted_ranks,
+        sum(w.step_time_mean_s * w.step_count) / sum(w.step_count) AS job_step_s,
+        sumIf(w.step_time_mean_s * w.step_count, w.node = t.drifted_node)
+            / sumIf(w.step_count, w.node = t.drifted_node) AS drifted_step_s,
+        sumIf(w.step_time_mean_s * w.step_count, w.node NOT IN (SELECT node FROM drift))
+            / nullIf(sumIf(w.step_count, w.node NOT IN (SELECT node FROM drift)), 0)
+            AS other_step_s
+    FROM touched AS t
+    INNER JOIN windows AS w ON w.cluster = t.cluster AND w.job_id = t.job_id
+    WHERE w.window_start_ns >= t.since_ns
+        AND (t.cleared_ns = 0 OR w.window_start_ns < t.cleared_ns)
+    GROUP BY t.cluster, t.job_id, t.drifted_node, t.differs, t.detection_id
+),
+clean AS (
+    SELECT cluster, job_id, window_start_ns,
+        sum(step_time_mean_s * step_count) AS step_s_sum, sum(step_count) AS steps
+    FROM windows
+    WHERE job_id NOT IN (SELECT job_id FROM windows WHERE node IN (SELECT node FROM drift))
+    GROUP BY cluster, job_id, window_start_ns
 )
-SELECT t.job_id AS job_id, t.drifted_node AS drifted_node, t.differs AS differs,
-    uniqExactIf(w.rank, w.node = t.drifted_node) AS drifted_ranks,
-    uniqExactIf(w.rank, w.node != t.drifted_node) AS other_ranks,
-    round(sumIf(w.step_time_mean_s * w.step_count, w.node = t.drifted_node)
-        / sumIf(w.step_count, w.node = t.drifted_node), 6) AS drifted_step_s,
-    round(sumIf(w.step_time_mean_s * w.step_count, w.node != t.drifted_node)
-        / nullIf(sumIf(w.step_count, w.node != t.drifted_node), 0), 6) AS other_step_s,
-    round((drifted_step_s / other_step_s - 1) * 100, 2) AS slowdown_pct
-FROM touched AS t
-INNER JOIN windows AS w ON w.cluster = t.cluster AND w.job_id = t.job_id
-WHERE w.window_start_ns >= t.since_ns AND (t.cleared_ns = 0 OR w.window_start_ns < t.cleared_ns)
-    AND (w.node = t.drifted_node OR w.node NOT IN (SELECT node FROM drift))
-GROUP BY t.job_id, t.drifted_node, t.differs, t.detection_id
+SELECT j.job_id AS job_id, j.drifted_node AS drifted_node, j.differs AS differs,
+    j.drifted_ranks AS drifted_ranks, round(j.job_step_s, 6) AS job_step_s,
+    uniqExactIf(c.job_id, c.window_start_ns BETWEEN j.from_ns AND j.to_ns) AS clean_jobs,
+    round(sumIf(c.step_s_sum, c.window_start_ns BETWEEN j.from_ns AND j.to_ns)
+        / nullIf(sumIf(c.steps, c.window_start_ns BETWEEN j.from_ns AND j.to_ns), 0), 6)
+        AS clean_step_s,
+    round((j.job_step_s / clean_step_s - 1) * 100, 2) AS slowdown_pct,
+    round(j.drifted_step_s, 6) AS drifted_step_s, round(j.other_step_s, 6) AS other_step_s,
+    round((j.drifted_step_s / j.other_step_s - 1) * 100, 2) AS vs_same_job_pct
+FROM jobs AS j
+LEFT JOIN clean AS c ON c.cluster = j.cluster
+GROUP BY j.job_id, j.drifted_node, j.differs, j.drifted_ranks, j.job_step_s, j.from_ns, j.to_ns,
+    j.drifted_step_s, j.other_step_s, j.detection_id
 ORDER BY slowdown_pct DESC, job_id, drifted_node
