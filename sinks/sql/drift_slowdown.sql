@@ -61,16 +61,13 @@ jobs AS (
     GROUP BY t.cluster, t.job_id, t.drifted_node, t.differs, t.detection_id
 ),
 clean AS (
-    -- one pass over the stretch since the first drift, no FINAL (a window written twice
-    -- weighs twice in a mean of thousands): per hour, the jobs never on a drifted node
-    SELECT cluster, toStartOfHour(window_start) AS hour, job_id,
-        sum(step_time_mean_s * step_count) AS step_s_sum, sum(step_count) AS steps
-    FROM {db:Identifier}.rank_windows
+    -- the jobs that ran on no drifted node, per hour, from the hourly rollup (migration 0016)
+    SELECT cluster, hour, job_id, sum(step_s_sum) AS step_s_sum, sum(steps) AS steps
+    FROM {db:Identifier}.job_hour_steps
     WHERE job_id NOT IN (SELECT job_id FROM drifted_jobs)
-        AND window_start >= (SELECT fromUnixTimestamp64Nano(min(since_ns)) FROM drift)
-        AND step_time_mean_s IS NOT NULL AND step_count > 0
+        AND hour >= (SELECT toStartOfHour(fromUnixTimestamp64Nano(min(since_ns))) FROM drift)
         AND ({cluster:String} = '' OR cluster = {cluster:String})
-        AND ({hours:UInt32} = 0 OR window_start >= now64() - toIntervalHour({hours:UInt32}))
+        AND ({hours:UInt32} = 0 OR hour >= toStartOfHour(now64() - toIntervalHour({hours:UInt32})))
     GROUP BY cluster, hour, job_id
 )
 SELECT j.job_id AS job_id, j.drifted_node AS drifted_node, j.differs AS differs,
