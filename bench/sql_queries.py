@@ -108,6 +108,14 @@ def _derived(client: Any, db: str, start_s: int, per_tick: int) -> None:
         "evidence, details) SELECT toString(number), ['straggler', 'hang'][number % 2 + 1], "
         f"'bench', {job}, {node}, number % {RANKS}, -1, 'thermal', 1.3, {ts}, {ts}, 0, 'slow', "
         "[], map() FROM numbers(20000)",
+        # fleet drift (issue 19): three drifted nodes since a day into the week
+        f"INSERT INTO {db}.detections (detection_id, detection_type, cluster, job_id, node, rank, "
+        "gpu, straggler_class, score, onset_ts_ns, detected_ts_ns, emitted_ts_ns, summary, "
+        "evidence, details) SELECT concat('drift', toString(number)), 'node_drift', 'bench', "
+        "concat('fleet:', n), n, -1, -1, '', 1, t, t, 0, 'drift', [], map('pool', 'p', "
+        "'pool_size', '64', 'differs', 'driver_version') FROM (SELECT number, concat('node', "
+        f"toString(number * 7 % {JOBS}), '-', toString(number * 5 % 32)) AS n, "
+        f"({start_s} + 86400) * 1000000000 AS t FROM numbers(3))",
         f"INSERT INTO {db}.incidents (incident_id, revision, cluster, job_id, cause_class, node, "
         "gpu, rank, device, confidence, summary, first_cause_ts_ns, first_symptom_ts_ns, "
         "attributed_ts_ns, emitted_ts_ns, symptom_ranks, evidence_json, clock_offsets_ns) "

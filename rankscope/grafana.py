@@ -470,6 +470,52 @@ DASHBOARDS: list[DashboardSpec] = [
         ],
         variables=[],
     ),
+    DashboardSpec(
+        "rankscope-drift",
+        "rankscope / fleet drift",
+        "Nodes whose configuration diverges from their pool's majority (issue 19): what differs "
+        "and since when, how much slower their jobs run, and what the recovery policy did.",
+        [
+            PanelSpec(
+                "Drifted nodes per pool",
+                "table",
+                "SELECT pool, max(pool_size) AS pool_size, count() AS drifted_nodes, "
+                "arrayStringConcat(groupUniqArrayArray(splitByChar(',', differs)), ', ') "
+                f"AS attributes FROM ({named('fleet_drift', cluster=CLUSTER)}) "
+                "GROUP BY pool ORDER BY drifted_nodes DESC, pool",
+                width=24,
+            ),
+            PanelSpec(
+                "Drifted nodes: what differs from the pool's majority, since when",
+                "table",
+                named("fleet_drift", cluster=CLUSTER, include_cleared="1"),
+                width=24,
+                description="One row per node and configuration; cleared: back with its pool.",
+            ),
+            PanelSpec(
+                "Jobs on drifted nodes: step time against clean jobs",
+                "table",
+                named(
+                    "drift_slowdown",
+                    cluster=CLUSTER,
+                    hours="toUInt32(($__toTime - $__fromTime) / 3600 + 1)",
+                ),
+                width=24,
+                description="slowdown_pct: the job's step time against jobs that never ran on "
+                "a drifted node, same stretch; vs_same_job_pct: the drifted node's ranks against "
+                "the job's other ranks.",
+            ),
+            PanelSpec(
+                "Drift actions (recovery policy)",
+                "table",
+                "SELECT ts, stage, action, node, rule, reason "
+                f"FROM {DB}.recovery_actions FINAL WHERE cluster = {CLUSTER} "
+                "AND startsWith(job_id, 'fleet:') AND $__timeFilter(ts) ORDER BY ts, node, stage",
+                width=24,
+            ),
+        ],
+        variables=["cluster"],
+    ),
 ]
 
 

@@ -74,6 +74,7 @@ def acl_plan(topics: Topics) -> list[AclRule]:
         topics.recovery_input,
         topics.recovery_control,
         topics.baselines,  # read whole by every worker, assigned, never committing (issue 19)
+        topics.fleet_input,
     ]
     sink_reads = [topics.events, *derived_out, topics.recovery, topics.baselines]
 

@@ -137,6 +137,13 @@ class Topics:
         return f"{self.raw_prefix or self.prefix}.baselines"
 
     @property
+    def fleet_input(self) -> str:
+        """Node inventories of the whole fleet for the fleet drift stage (issue 19): ONE
+        partition, compacted by node and configuration, so one stage sees every node and a
+        rebuild reads each node's configurations however long ago they were sent."""
+        return f"{self.prefix}.fleet_input"
+
+    @property
     def worker_outputs(self) -> list[str]:
         """What the stream worker derives for the sink and nobody reads back: one list for the
         ACL plan and for tests that scan every derived topic."""
@@ -167,6 +174,7 @@ class Topics:
             self.recovery_input,
             self.recovery_control,
             self.baselines,
+            self.fleet_input,
         ]
 
 
@@ -330,6 +338,17 @@ def topic_specs(
             cleanup_policy="compact",
             why="reference baselines, keyed by model/config key: compacted, the latest per key "
             "is kept for good; every worker reads it whole (issue 19)",
+            **common,
+        )
+    )
+    specs.append(
+        TopicSpec(
+            name=topics.fleet_input,
+            role="internal",
+            partitions=1,
+            cleanup_policy="compact",
+            why="node inventories for fleet drift: one partition (one view of the fleet), "
+            "compacted by node and configuration so a rebuild still sees quiet nodes",
             **common,
         )
     )

@@ -219,6 +219,7 @@ TIME_COLUMNS: dict[str, str] = {
     "redaction_quarantine": "ts",
     "gpu_minute": "minute",
     "node_hour": "hour",
+    "job_hour_steps": "hour",
 }
 
 

@@ -24,6 +24,7 @@ from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.baselines import BaselineBook, BaselineFeed
 from rankscope.streams.stages.handoff import ParsedHandoff
+from rankscope.streams.stages.fleet import FleetStage
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -95,6 +96,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         baselines=BaselineBook(BaselineFeed(config.bootstrap, config.topics.baselines)),
     )
 
+    fleet = FleetStage(config, topics, counters, recovery.to_decider, highwater)
+
     async def flush_outputs() -> None:
         await app.producer.flush()
 
@@ -114,6 +117,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     validate.register(app)
     recovery.register(app)
     windows.register(app)
+    fleet.register(app)  # fleet drift: inventories forwarded to one partition, one view
 
     status_due = [time.time() + STATUS_EVERY_S]
 
@@ -127,6 +131,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         await recovery.tick(now)
         await windows.close_ready(now)
         await analysis.tick(now)
+        await fleet.tick(now)
         windows.evict_idle(now)
         if now >= status_due[0]:  # health in the log, once a minute
             status_due[0] = now + STATUS_EVERY_S

@@ -18,8 +18,9 @@ from rankscope.demo import BAD_RECORDS, _leaky_events
 from rankscope.redaction.rules import load_rules
 from rankscope.redaction.stage import RedactionStage
 from rankscope.schemas.derived import Detection, Incident, RankWindow
-from rankscope.schemas.events import Event
+from rankscope.schemas.events import Event, NodeInventoryEvent
 from rankscope.simulation.faults import parse_faults, simulate_with_faults
+from rankscope.simulation.fleet import DriftedNode, FleetScenario, fleet_inventories, fleet_jobs
 from rankscope.simulation.simulator import SimulationConfig
 from rankscope.sinks.clickhouse import migrate
 from rankscope.sinks.rows import (
@@ -32,6 +33,7 @@ from rankscope.sinks.rows import (
     TableSpec,
     event_spec,
 )
+from rankscope.streams.analysis.fleet import FleetView
 from rankscope.streams.analysis.job import JobAnalyzer
 from rankscope.streams.config import ValidationLimits, WindowConfig
 from rankscope.streams.recovery.engine import RecoveryEngine
@@ -110,6 +112,8 @@ def load_demo(client: Client, database: str) -> DemoData:
         findings(*analyzer.flush())
         for w in windows:
             add(WINDOW_TABLE, w)
+    for spec, record in fleet_drift_rows(start, recovery):
+        add(spec, record)
     for i, (_, value) in enumerate(BAD_RECORDS):
         ref = RecordRef("demo.raw.gpu_sample", 0, i, start)
         for dead in validate_message(value, ref, ValidationLimits(), now_ns=start).dead:
@@ -117,3 +121,27 @@ def load_demo(client: Client, database: str) -> DemoData:
     for spec, values in rows.values():
         client.insert(f"{database}.{spec.table}", values, column_names=spec.columns)
     return DemoData(first_job, "sim", start, end)
+
+
+def fleet_drift_rows(start: int, recovery: RecoveryEngine) -> list[tuple[TableSpec, Any]]:
+    """A 16-node fleet with one drifted node (issue 19): its node_drift finding, the policy's
+    decision, and the rank windows of its two jobs (no spans: the job list stays the demo's)."""
+    s = FleetScenario(
+        nodes=16, start_ns=start, duration_s=20, drift_age_s=60, image_age_s=120,
+        drifted=[DriftedNode(index=3, changes={"driver_version": "550.54.15"}, slowdown=1.08)],
+    )  # fmt: skip
+    view = FleetView()
+    for ev in fleet_inventories(s):
+        assert isinstance(ev, NodeInventoryEvent)
+        view.observe(ev.cluster, ev.node, ev.ts, ev.payload)
+    out: list[tuple[TableSpec, Any]] = []
+    for d in view.settle(start)[0]:
+        out.append((DETECTION_TABLE, d))
+        out += [(RECOVERY_TABLE, r) for r in recovery.on_detection(d)]
+    wall = time.time()
+    for _, events in fleet_jobs(s):
+        aggregator = WindowAggregator(WindowConfig())
+        for ev in events:
+            aggregator.add(ev, wall)
+        out += [(WINDOW_TABLE, w) for w in aggregator.close_ready(wall + 3600)]
+    return out

@@ -61,6 +61,11 @@ from rankscope.sinks.rows import (
     event_spec,
 )
 from tests.conftest import Services
+from tests.test_fleet_queries import (  # noqa: F401  (issue 19: the fleet drift queries' tests)
+    drift_db,
+    test_drift_slowdown,
+    test_fleet_drift,
+)
 
 S = 1_000_000_000
 T = (time.time_ns() // S - 3600) * S
