@@ -23,8 +23,8 @@ from rankscope.observability.exporters import serve_worker
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.baselines import BaselineBook, BaselineFeed
-from rankscope.streams.stages.handoff import ParsedHandoff
 from rankscope.streams.stages.fleet import FleetStage
+from rankscope.streams.stages.handoff import ParsedHandoff
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
