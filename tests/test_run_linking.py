@@ -137,3 +137,36 @@ def test_slurm_comment_rule_and_array_jobs() -> None:
     array = _squeue(703, array_job_id={"set": True, "infinite": False, "number": 700},
                     array_task_id=task)  # fmt: skip
     assert _one(col, runner, 703, array) == [("job_started", "703", "700", 3)]
+
+
+def test_training_code_sets_run_model_and_throughput(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented route: OTEL_RESOURCE_ATTRIBUTES names the run, attempt and model; the step
+    span carries samples and tokens; all reach the ``span/1`` event's attributes."""
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from rankscope.collectors.otel import RankTracer, span_to_event
+    from tests.test_otel import CONFIG, RANK_ENV
+
+    monkeypatch.setenv(
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "rankscope.run_id=llama-0412,rankscope.attempt=2,rankscope.model=llama-7b",
+    )
+    memory = InMemorySpanExporter()
+    tracer = RankTracer.from_env(CONFIG, env=RANK_ENV, exporter=memory)
+    with tracer.step(7) as span:
+        span.set_attribute("rankscope.samples", 64)
+        span.set_attribute("rankscope.tokens", 64 * 2048)
+        with tracer.phase("checkpoint"):
+            pass
+    tracer.provider.force_flush()
+    events = {e.payload.phase: e for e in (span_to_event(s) for s in memory.get_finished_spans())}
+    step = events["step"].payload.attributes
+    assert {k: step[k] for k in sorted(step) if k.startswith("rankscope.")} == {
+        "rankscope.attempt": "2",
+        "rankscope.model": "llama-7b",
+        "rankscope.run_id": "llama-0412",
+        "rankscope.samples": 64,
+        "rankscope.tokens": 131072,
+        "rankscope.world_size": 2,
+    }
+    assert events["checkpoint"].payload.step == 7  # the step a checkpoint inside step 7 saves
