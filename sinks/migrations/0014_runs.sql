@@ -5,7 +5,7 @@
 --
 -- job_attempts: one row per (cluster, run_id, job_id, attempt): from the scheduler's events when
 -- they carry a run id (when the attempt started and ended and how; the latest end event wins;
--- end 0 = still running), else from step spans whose resource set rankscope.run_id (and
+-- end 0 = still running), else from rank 0's step spans whose resource set rankscope.run_id (and
 -- rankscope.attempt, default 1) in the training code, ended by the job's first end event after
 -- their first step. Plain views over the event tables: a replay of the topics rebuilds them.
 -- run_attempts: the per-attempt accounting every run query reads (sinks/sql/run_attempts.sql):
@@ -43,7 +43,10 @@ WITH
             greatest(toUInt32OrZero(attributes['rankscope.attempt']), 1) AS attempt,
             min(start_ns) AS start_ns
         FROM {db}.spans
-        WHERE phase = 'step' AND attributes['rankscope.run_id'] != ''
+        -- rank 0's step spans say it (every rank's resource does): the attribute map, the
+        -- costly column, is read for 1 span in ranks
+        PREWHERE rank = 0 AND phase = 'step'
+        WHERE attributes['rankscope.run_id'] != ''
             AND (cluster, job_id) NOT IN (SELECT cluster, job_id FROM scheduled)
         GROUP BY cluster, run_id, job_id, attempt
     ),
