@@ -25,11 +25,12 @@ Three layers, each usable alone:
   travel with every span by either path. An exception escaping a step or phase is recorded on
   the span (``exception`` event with rank, job and step) with an error status, and re-raised.
 
-Attributes the run and efficiency queries read (issue 19; docs/reference.md "Runs" and
-"Efficiency"): on the resource, ``rankscope.run_id``, ``rankscope.attempt`` (1-based) and
-``rankscope.model``, e.g. ``OTEL_RESOURCE_ATTRIBUTES=rankscope.run_id=llama-0412,
-rankscope.attempt=2,rankscope.model=llama-7b`` in the launcher; on each step span, the step's
-global batch as ``rankscope.samples`` and ``rankscope.tokens`` (any rank may set them)::
+Attributes for runs and efficiency (issue 19; docs/reference.md "Runs" and "Efficiency"): on
+the resource, ``rankscope.run_id``, ``rankscope.attempt`` (1-based; both copied onto every span)
+and ``rankscope.model`` (the efficiency query's model), e.g. in the launcher
+``OTEL_RESOURCE_ATTRIBUTES=rankscope.run_id=llama-0412,rankscope.attempt=2,rankscope.model=x``;
+on each step span, the step's global batch as ``rankscope.samples`` and ``rankscope.tokens``
+(any rank may set them)::
 
       with t.step(n) as span:
           loss = train_step(batch)

@@ -426,14 +426,6 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
             PanelSpec("Goodput per run", "table", named("run_goodput", hours=SINCE_FROM), width=24),
-            PanelSpec(
-                "Attempts",
-                "table",
-                named("run_attempts", hours=SINCE_FROM),
-                width=24,
-                description="Per attempt: GPU-hours, energy, the step saved, recomputed steps, "
-                "what it lost and why (run_attempts).",
-            ),
         ],
         variables=[],
     ),

@@ -79,7 +79,7 @@ ATTR_NODE = "rankscope.node"
 ATTR_CLUSTER = "rankscope.cluster"
 #: Run and throughput attributes (issue 19; docs/reference.md "Runs" and "Efficiency"): the
 #: training run and 1-based attempt (resource), the model (resource), and per step span the
-#: samples and tokens it processed (the efficiency query's throughput).
+#: step's global batch in samples and tokens (the efficiency query's throughput).
 ATTR_RUN_ID = "rankscope.run_id"
 ATTR_ATTEMPT = "rankscope.attempt"
 ATTR_MODEL = "rankscope.model"

@@ -335,36 +335,3 @@ def test_attempts_are_a_view_rebuilt_from_scheduler_events(runs: tuple[Client, s
         ("run-a", "1002", 3, "job_completed"),
         ("run-b", "2001", 1, "oom_killed"),
     ]
-
-
-def test_a_run_id_from_the_training_code_links_attempts(services: Services) -> None:
-    """No scheduler run id: the spans' rankscope.run_id / rankscope.attempt (OTel resource
-    attributes the training code sets) make the attempts; the job's end events end them."""
-    db = f"runs{uuid.uuid4().hex[:10]}"
-    client = connect(services.clickhouse_url)
-    migrate(client, db)
-    ev: list[Envelope] = []
-    for job, attempt, first, start, end_type, end in (
-        ("k-1", 1, 1, 0, "job_failed", 100),
-        ("k-2", 2, 6, 200, "job_completed", 300),
-    ):
-        for k in range(first, first + 5):
-            span = _span(job, 0, "step", k, start + 10 * (k - first), start + 10 * (k - first + 1))
-            attrs = {"rankscope.run_id": "otel-run", "rankscope.attempt": attempt}
-            payload = span.payload.model_copy(update={"attributes": attrs})
-            ev.append(span.model_copy(update={"payload": payload}))
-        ev.append(_sched(job, end_type, end, "", 0))  # type: ignore[arg-type]
-    by_table: dict[str, tuple[TableSpec, list[Any]]] = {}
-    for e in ev:
-        spec = event_spec(e)  # type: ignore[arg-type]
-        by_table.setdefault(spec.table, (spec, []))[1].append(spec.to_row(e))
-    for spec, rows in by_table.values():
-        client.insert(f"{db}.{spec.table}", rows, column_names=spec.columns)
-    try:
-        got = [
-            (r["job_id"], r["attempt"], r["outcome"], round(r["gpu_hours"] * 3600), r["last_step"])
-            for r in run_query(client, "run_attempts", db, {"run_id": "otel-run"}).named_results()
-        ]
-        assert got == [("k-1", 1, "job_failed", 100, 5), ("k-2", 2, "job_completed", 100, 10)]
-    finally:
-        client.command(f"DROP DATABASE IF EXISTS {db}")

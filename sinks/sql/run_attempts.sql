@@ -18,13 +18,13 @@
 WITH
     attempts AS (
         SELECT cluster, run_id, job_id, attempt, start_ns, end_ns, outcome, event_types
-        FROM {db:Identifier}.job_attempts
-        WHERE run_id IN (
-            SELECT run_id FROM {db:Identifier}.job_attempts
-            WHERE ({run_id:String} = '' OR run_id = {run_id:String})
-                AND ({hours:UInt32} = 0
-                    OR start_ns >= toUnixTimestamp64Nano(now64(9)) - {hours:UInt32} * 3600000000000)
+        FROM (
+            SELECT *, max(start_ns) OVER (PARTITION BY cluster, run_id) AS run_last_start_ns
+            FROM {db:Identifier}.job_attempts
+            WHERE {run_id:String} = '' OR run_id = {run_id:String}
         )
+        WHERE {hours:UInt32} = 0
+            OR run_last_start_ns >= toUnixTimestamp64Nano(now64(9)) - {hours:UInt32} * 3600000000000
     ),
     span_facts AS (
         SELECT a.cluster AS cluster, a.run_id AS run_id, a.job_id AS job_id, a.attempt AS attempt,
@@ -39,7 +39,8 @@ WITH
             max(s.end_ns) AS last_end_ns
         FROM {db:Identifier}.spans AS s FINAL
         INNER JOIN attempts AS a ON s.cluster = a.cluster AND s.job_id = a.job_id
-        WHERE s.job_id IN (SELECT job_id FROM attempts)
+        WHERE s.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
+            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
             AND s.phase IN ('step', 'checkpoint')
             AND s.start_ns >= a.start_ns AND (a.end_ns = 0 OR s.end_ns <= a.end_ns)
         GROUP BY cluster, run_id, job_id, attempt
@@ -69,7 +70,9 @@ WITH
                     max(g.energy_mj) - minIf(g.energy_mj, g.ts_ns >= x.saved_until_ns)) AS lost_mj
             FROM {db:Identifier}.gpu_samples AS g FINAL
             INNER JOIN facts AS x ON g.cluster = x.cluster AND g.job_id = x.job_id
-            WHERE g.job_id IN (SELECT job_id FROM attempts) AND g.energy_mj IS NOT NULL
+            WHERE g.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
+            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+                AND g.energy_mj IS NOT NULL
                 AND g.ts_ns >= x.start_ns AND g.ts_ns <= x.end_ns
             GROUP BY cluster, run_id, attempt, g.node, g.gpu
         )
@@ -79,9 +82,11 @@ WITH
         SELECT x.cluster AS cluster, x.run_id AS run_id, x.attempt AS attempt,
             argMin(i.cause_class, i.first_cause_ts_ns) AS cause_class
         FROM {db:Identifier}.incidents AS i FINAL
-        INNER JOIN facts AS x ON i.cluster = x.cluster AND i.job_id = x.job_id
-        WHERE i.job_id IN (SELECT job_id FROM attempts)
-            AND i.first_cause_ts_ns >= x.start_ns AND i.first_cause_ts_ns <= x.end_ns
+        INNER JOIN attempts AS x ON i.cluster = x.cluster AND i.job_id = x.job_id
+        WHERE i.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
+            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+            AND i.first_cause_ts_ns >= x.start_ns
+            AND (x.end_ns = 0 OR i.first_cause_ts_ns <= x.end_ns)
         GROUP BY cluster, run_id, attempt
     )
 SELECT
