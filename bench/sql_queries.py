@@ -24,7 +24,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from rankscope.sinks.clickhouse import connect, migrate
-from rankscope.sinks.named_queries import load_queries
+from rankscope.sinks.named_queries import default_price_per_gpu_hour, load_queries
 
 ROOT = Path(__file__).resolve().parents[1]
 JOBS, RANKS = 64, 256
@@ -66,8 +66,10 @@ def generate(client: Any, db: str, rows: int, start_s: int) -> dict[str, int]:
         settings={"max_insert_threads": 2, "max_partitions_per_insert_block": 1000},
     )
     _derived(client, db, start_s, per_tick)
+    _runs(client, db, start_s)
     tables = ("gpu_samples", "spans", "rank_windows", "comm_events", "gpu_events", "fabric_events")
     tables += ("detections", "incidents", "redaction_audit", "deadletter")
+    tables += ("scheduler_events", "node_inventory")
     counts = {
         t: int(client.query(f"SELECT count() FROM {db}.{t}").result_rows[0][0]) for t in tables
     }
@@ -139,6 +141,65 @@ def _derived(client: Any, db: str, start_s: int, per_tick: int) -> None:
         client.command(sql, settings={"max_partitions_per_insert_block": 1000})
 
 
+def _runs(client: Any, db: str, start_s: int) -> None:
+    """Issue 19's data: each job is run ``run-<job>`` of three attempts of the same job id (a
+    Slurm requeue): failed at day 3, preempted at day 6, completed an hour ago, the last started
+    23 h ago (so the 24-hour questions see every run); a checkpoint span per rank every 6 hours;
+    every step span with samples, tokens and a model; an inventory (GPU model) per node."""
+    day, h = 86400, 3600
+    attempts = [  # (attempt, start, end, end event), seconds from start_s
+        (1, 0, 3 * day, "job_failed"),
+        (2, 3 * day + h, 6 * day, "preempted"),
+        (3, 6 * day + h, 7 * day - h, "job_completed"),
+    ]
+    rows = ", ".join(
+        f"({a}, {s0}, '{what}', {t})"
+        for a, s0, end, ev in attempts
+        for what, t in (("job_started", s0), (ev, end))
+    )
+    client.command(
+        f"INSERT INTO {db}.scheduler_events (event_id, schema, cluster, job_id, node, rank, "
+        "local_rank, gpu, ts_ns, observed_ts_ns, source, event_type, state, reason, run_id, "
+        "attempt) SELECT concat('r', toString(number), '-', toString(e.2), e.3), "
+        f"'scheduler_event/1', 'bench', concat('job-', toString(number % {JOBS})), '', -1, -1, "
+        f"-1, ({start_s} + e.4) * 1000000000, 0, 'slurm', e.3, '', '', "
+        f"concat('run-', toString(number % {JOBS})), e.1 "
+        f"FROM numbers({JOBS}) ARRAY JOIN [{rows}] AS e"
+    )
+    per_tick, ckpts = JOBS * RANKS, 7 * 4
+    client.command(
+        f"INSERT INTO {db}.spans (event_id, schema, cluster, job_id, node, rank, local_rank, gpu, "
+        "ts_ns, observed_ts_ns, name, phase, trace_id, span_id, parent_span_id, start_ns, end_ns, "
+        "step, status, error_type, error_message) "
+        "SELECT concat('k', toString(number)), 'span/1', 'bench', "
+        f"concat('job-', toString(number % {JOBS})), "
+        f"concat('node', toString(number % {JOBS}), '-', toString(intDiv(number, {JOBS}) % "
+        f"{RANKS} DIV 8)), intDiv(number, {JOBS}) % {RANKS}, 0, 0, "
+        f"({start_s} + intDiv(number, {per_tick}) * 21600 + 605) * 1000000000, 0, "
+        "'checkpoint', 'checkpoint', leftPad(hex(number), 32, '0'), "
+        "leftPad(hex(number), 16, '0'), '', "
+        f"({start_s} + intDiv(number, {per_tick}) * 21600 + 600) * 1000000000, "
+        f"({start_s} + intDiv(number, {per_tick}) * 21600 + 605) * 1000000000, "
+        f"intDiv(number, {per_tick}) * 36 + 1, 'ok', '', '' FROM numbers({ckpts * per_tick})",
+        settings={"max_partitions_per_insert_block": 1000},
+    )
+    client.command(
+        f"ALTER TABLE {db}.spans UPDATE attributes = map('rankscope.samples', '1024', "
+        "'rankscope.tokens', '4194304', 'rankscope.model', "
+        "concat('model-', toString(cityHash64(job_id) % 4))) WHERE phase = 'step'",
+        settings={"mutations_sync": 2},
+    )
+    client.command(
+        f"INSERT INTO {db}.node_inventory (event_id, schema, cluster, job_id, node, rank, "
+        "local_rank, gpu, ts_ns, observed_ts_ns, gpu_model, gpu_count, fingerprint) "
+        "SELECT concat('i', toString(number)), 'node_inventory/1', 'bench', '', "
+        f"concat('node', toString(number % {JOBS}), '-', toString(intDiv(number, {JOBS}))), "
+        f"-1, -1, -1, {start_s} * 1000000000, 0, "
+        "if(number % 2 = 0, 'NVIDIA H100 80GB HBM3', 'NVIDIA A100-SXM4-80GB'), 8, "
+        f"hex(number) FROM numbers({JOBS} * {RANKS // 8})"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=100_000_000)
@@ -168,7 +229,8 @@ def main() -> None:
         load_s = time.perf_counter() - t0
         print(f"loaded {counts} in {load_s:.0f}s", flush=True)
         hour_end = now_s - 86400  # one hour, a day ago
-        job_window = {"job_id": "job-7", "hours": "24"}
+        job_window = {"job_id": "job-7", "hours": "24", "run_id": "run-7"}
+        job_window["price_per_gpu_hour"] = default_price_per_gpu_hour()
         results = []
         total = sum(v for k, v in counts.items() if k != "sample_period_s")
         for name, q in load_queries().items():

@@ -24,6 +24,21 @@ Three layers, each usable alone:
   :func:`~collectors.base.binding_from_environ`) and are put on the OTel ``Resource``, so they
   travel with every span by either path. An exception escaping a step or phase is recorded on
   the span (``exception`` event with rank, job and step) with an error status, and re-raised.
+
+Attributes for runs and efficiency (issue 19; docs/reference.md "Runs" and "Efficiency"): on
+the resource, ``rankscope.run_id``, ``rankscope.attempt`` (1-based; both copied onto every span)
+and ``rankscope.model`` (the efficiency query's model), e.g. in the launcher
+``OTEL_RESOURCE_ATTRIBUTES=rankscope.run_id=llama-0412,rankscope.attempt=2,rankscope.model=x``;
+on each step span, the step's global batch as ``rankscope.samples`` and ``rankscope.tokens``
+(any rank may set them)::
+
+      with t.step(n) as span:
+          loss = train_step(batch)
+          span.set_attribute("rankscope.samples", global_batch_size)
+          span.set_attribute("rankscope.tokens", global_batch_size * seq_len)
+          if n % 500 == 0:
+              with t.phase("checkpoint"):   # its step (n) is the step saved
+                  save_checkpoint(n)
 """
 
 from __future__ import annotations

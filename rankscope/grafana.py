@@ -47,7 +47,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 
 from rankscope import grafana_query as chq
-from rankscope.sinks.named_queries import load_queries
+from rankscope.sinks.named_queries import default_price_per_gpu_hour, load_queries
 
 #: every panel and variable queries the datasource the ``datasource`` variable selects
 DATASOURCE = DataSourceRef(type_val=chq.PLUGIN_ID, uid="${datasource}")
@@ -151,6 +151,8 @@ COMPUTE_FILTER = f"{JOB_FILTER} AND $__timeFilter(ts) AND phase IN ('forward', '
 TOP_K = 10
 #: the hours since the dashboard's start, for named queries that take ``hours``
 SINCE_FROM = "toUInt32((now() - $__fromTime) / 3600 + 1)"
+#: money in the dashboards: the SQL library's default price per GPU-hour (goodput.sql's)
+PRICE = default_price_per_gpu_hour()
 
 
 def top_k(column: str, table: str, where: str, order: str) -> str:
@@ -403,6 +405,63 @@ DASHBOARDS: list[DashboardSpec] = [
                 width=24,
             ),
         ],
+    ),
+    DashboardSpec(
+        "rankscope-runs",
+        "rankscope / runs and their cost",
+        "Runs across job attempts (requeues, restarts, dependency chains): the cost of each "
+        "completed run with its failed attempts charged to it, GPU-hours and energy lost per "
+        "cause class, goodput per run. Money at the SQL library's default price per GPU-hour.",
+        [
+            PanelSpec(
+                "Cost per completed run",
+                "table",
+                named("run_cost", hours=SINCE_FROM, price_per_gpu_hour=PRICE),
+                width=24,
+            ),
+            PanelSpec(
+                "GPU-hours and energy lost per cause class",
+                "table",
+                named("run_losses", hours=SINCE_FROM, price_per_gpu_hour=PRICE),
+                width=24,
+            ),
+            PanelSpec("Goodput per run", "table", named("run_goodput", hours=SINCE_FROM), width=24),
+        ],
+        variables=[],
+    ),
+    DashboardSpec(
+        "rankscope-efficiency",
+        "rankscope / throughput per GPU, per watt and per dollar",
+        "Samples and tokens per second per GPU, per joule (= per W) and per dollar, by job, "
+        "model and GPU model, from the step spans' rankscope.samples / rankscope.tokens; and the "
+        "throughput-gap and fleet-drift findings.",
+        [
+            PanelSpec(
+                f"By {by.replace('_', ' ')}",
+                "table",
+                named(
+                    "efficiency",
+                    by=f"'{by}'",
+                    job_id="''",
+                    hours=SINCE_FROM,
+                    price_per_gpu_hour=PRICE,
+                ),
+                width=24,
+            )
+            for by in ("job", "model", "gpu_model")
+        ]
+        + [
+            PanelSpec(
+                "Throughput gaps and drifted nodes",
+                "table",
+                "SELECT onset_ts AS onset, detection_type, job_id, node, score, summary "
+                f"FROM {DB}.detections FINAL WHERE detection_type IN ('throughput_gap', "
+                f"'node_drift') AND $__timeFilter(onset_ts) AND cluster = {CLUSTER} "
+                "ORDER BY onset DESC LIMIT 200",
+                width=24,
+            ),
+        ],
+        variables=["cluster"],
     ),
     DashboardSpec(
         "rankscope-node",

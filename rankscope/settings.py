@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from rankscope.kafka_security import KafkaSecurity, security_from_env
@@ -54,6 +55,9 @@ class Settings(BaseSettings):
     #: topics an OpenTelemetry Collector's Kafka exporter writes to (JSON lists in the env)
     otlp_traces_topics: list[str] = list(DEFAULT_OTLP_TRACES_TOPICS)
     otlp_logs_topics: list[str] = list(DEFAULT_OTLP_LOGS_TOPICS)
+    #: what one GPU-hour costs, for the named queries' money columns (run_cost, efficiency, ...);
+    #: None: the SQL library's default (named_queries.default_price_per_gpu_hour)
+    price_per_gpu_hour: float | None = Field(default=None, gt=0)
 
     @property
     def topics(self) -> Topics:

@@ -77,6 +77,14 @@ ATTR_JOB_ID = "rankscope.job_id"
 ATTR_GPU = "rankscope.gpu"
 ATTR_NODE = "rankscope.node"
 ATTR_CLUSTER = "rankscope.cluster"
+#: Run and throughput attributes (issue 19; docs/reference.md "Runs" and "Efficiency"): the
+#: training run and 1-based attempt (resource), the model (resource), and per step span the
+#: step's global batch in samples and tokens (the efficiency query's throughput).
+ATTR_RUN_ID = "rankscope.run_id"
+ATTR_ATTEMPT = "rankscope.attempt"
+ATTR_MODEL = "rankscope.model"
+ATTR_SAMPLES = "rankscope.samples"
+ATTR_TOKENS = "rankscope.tokens"
 
 #: Lookup order per envelope field (first key found wins; span before resource per key).
 JOB_KEYS: tuple[str, ...] = (ATTR_JOB_ID, "job.id", "job_id")
@@ -92,6 +100,9 @@ RESOURCE_CONTEXT_KEYS: tuple[str, ...] = (
     "k8s.namespace.name",
     "k8s.pod.name",
     ATTR_WORLD_SIZE,
+    ATTR_RUN_ID,
+    ATTR_ATTEMPT,
+    ATTR_MODEL,
 )
 
 PHASES: frozenset[str] = frozenset(get_args(SpanPhase))

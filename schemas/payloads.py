@@ -172,6 +172,18 @@ class SchedulerEvent(Payload):
     state: ShortText = ""
     reason: LongText = ""
     exit_code: int | None = Field(default=None, ge=INT32_MIN, le=INT32_MAX)
+    # Optional since migration 0014 (issue 19): which run this job attempt belongs to.
+    run_id: ShortText = Field(
+        default="",
+        description="The training run this job attempt belongs to (requeues, restarts, "
+        "dependency chains share it); '' = not resolved (docs/reference.md 'Runs').",
+    )
+    attempt: int = Field(
+        default=0,
+        ge=0,
+        le=UINT32_MAX,
+        description="1-based attempt of the run this event belongs to; 0 = unknown.",
+    )
 
 
 SpanPhase = Literal[

@@ -186,7 +186,16 @@ EVENT_TABLES: dict[type[Envelope], EventTableSpec] = {
         EventTableSpec(
             "scheduler_events",
             SchedulerEventEvent,
-            ("source", "event_type", "state", "reason", "exit_code"),
+            (
+                "source",
+                "event_type",
+                "state",
+                "reason",
+                "exit_code",
+                # optional since migration 0014 (runs across attempts): older documents lack them
+                Column("run_id", missing=""),
+                Column("attempt", missing=0),
+            ),
         ),
         EventTableSpec(
             "fabric_counters",

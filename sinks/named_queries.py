@@ -10,7 +10,10 @@ A file starts with a header of comments::
     -- param: cluster String = ''  one cluster (empty: all)
 
 and its SQL uses ClickHouse's server-side parameters (``{job_id:String}``), plus
-``{db:Identifier}`` for the database, so values are never spliced into the text. The CLI
+``{db:Identifier}`` for the database, so values are never spliced into the text.
+``{named:other}`` stands for another file's SQL as a subquery (its parameters must be declared
+here too): one query builds on another without a copy (a parameterized view cannot be called as
+``{db:Identifier}.view(...)``). The CLI
 (``rankscope query NAME --param k=v``), the reports, the tests and the benchmark all run the
 same files.
 """
@@ -30,6 +33,7 @@ SQL_DIR = Path(__file__).with_name("sql")
 
 _PARAM = re.compile(r"^--\s*param:\s*(\w+)\s+([\w()]+)(?:\s*=\s*(\S*))?\s*(.*)$")
 _PLACEHOLDER = re.compile(r"\{(\w+):([\w()]+)\}")
+_INCLUDE = re.compile(r"\{named:(\w+)\}")
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ def parse(path: Path) -> NamedQuery:
         else:
             description.append(line[2:].strip())
     sql = "\n".join(body).strip()
+    sql = _INCLUDE.sub(lambda m: f"(\n{parse(path.with_name(m.group(1) + '.sql')).sql}\n)", sql)
     if name != path.stem:
         raise ValueError(f"{path.name}: header name {name!r} must match the file name")
     declared = {p.name: p.type for p in params} | {"db": "Identifier"}
@@ -104,6 +109,21 @@ def parse(path: Path) -> NamedQuery:
 def load_queries(directory: Path = SQL_DIR) -> dict[str, NamedQuery]:
     """Every named query, parsed once per process (callers read, never change, the dict)."""
     return {q.name: q for q in (parse(p) for p in sorted(directory.glob("*.sql")))}
+
+
+#: the parameter of every query that puts a price on GPU time
+PRICE_PARAM = "price_per_gpu_hour"
+
+
+def default_price_per_gpu_hour() -> str:
+    """The price per GPU-hour when none is configured: goodput.sql's declared default, the one
+    place it is written. Queries added later declare the parameter without a default and
+    callers (``rankscope query``, the bench) fill it from the ``price_per_gpu_hour`` setting or
+    from here, so a second default cannot drift from the first."""
+    for p in load_queries()["goodput"].params:
+        if p.name == PRICE_PARAM and p.default is not None:
+            return p.default
+    raise LookupError("goodput.sql declares no default price_per_gpu_hour")
 
 
 def run_query(

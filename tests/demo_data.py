@@ -21,6 +21,7 @@ from rankscope.schemas.derived import Detection, Incident, RankWindow
 from rankscope.schemas.events import Event, NodeInventoryEvent
 from rankscope.simulation.faults import parse_faults, simulate_with_faults
 from rankscope.simulation.fleet import DriftedNode, FleetScenario, fleet_inventories, fleet_jobs
+from rankscope.simulation.runs import AttemptSpec, RunScenario, simulate_run
 from rankscope.simulation.simulator import SimulationConfig
 from rankscope.sinks.clickhouse import migrate
 from rankscope.sinks.rows import (
@@ -40,6 +41,24 @@ from rankscope.streams.recovery.engine import RecoveryEngine
 from rankscope.streams.recovery.policy import load_policy
 from rankscope.streams.validate import RecordRef, validate_message
 from rankscope.streams.windows import WindowAggregator
+
+#: three attempts of 3-second steps: the run fits in the demo's minute
+DEMO_RUN = RunScenario(
+    run_id="demo-run",
+    cluster="sim-runs",  # its own cluster: the demo's "sim" keeps its three jobs
+    node_prefix="demo-run-node",
+    step_time_s=3,
+    startup_s=1,
+    checkpoint_every=2,
+    tail_s=2,
+    gap_s=1,
+    sample_interval_s=5,
+    attempts=[
+        AttemptSpec(job_id="demo-run-job", steps=5, outcome="job_failed"),
+        AttemptSpec(job_id="demo-run-job", steps=3, outcome="preempted"),
+        AttemptSpec(job_id="demo-run-job-2", steps=4, outcome="job_completed"),
+    ],
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +133,27 @@ def load_demo(client: Client, database: str) -> DemoData:
             add(WINDOW_TABLE, w)
     for spec, record in fleet_drift_rows(start, recovery):
         add(spec, record)
+    # issue 19: a run of three attempts inside the demo's minute (the runs and efficiency
+    # dashboards), and findings of the throughput-gap and fleet-drift detectors
+    for ev in simulate_run(DEMO_RUN.model_copy(update={"start_ns": start})):
+        add(event_spec(ev), ev)
+    for n, det_type in enumerate(("throughput_gap", "node_drift")):
+        at = start + (30 + n) * 10**9
+        add(
+            DETECTION_TABLE,
+            Detection(
+                detection_id=f"demo-{det_type}",
+                detection_type=det_type,  # type: ignore[arg-type]
+                cluster="sim",
+                job_id=DEMO_RUN.attempts[0].job_id,
+                node=f"{DEMO_RUN.node_prefix}000",
+                score=1.1,
+                onset_ts=at,
+                detected_ts=at,
+                emitted_ts=at,
+                summary=f"demo {det_type}",
+            ),
+        )
     for i, (_, value) in enumerate(BAD_RECORDS):
         ref = RecordRef("demo.raw.gpu_sample", 0, i, start)
         for dead in validate_message(value, ref, ValidationLimits(), now_ns=start).dead:

@@ -353,7 +353,7 @@ def test_pod_watch_relist_and_resume(server: ApiServer, token: Path) -> None:
     col.start(sink)
     try:
         reqs = [server.next_request(PODS) for _ in range(6)]
-        got = sink.wait_scheduler(5)
+        got = sink.wait_scheduler(6)
     finally:
         stop_promptly(col)
 
@@ -374,18 +374,22 @@ def test_pod_watch_relist_and_resume(server: ApiServer, token: Path) -> None:
         ("job_started", job, 0, NODE, "Running", None),  # listed running
         ("job_started", job, 1, NODE, "Running", None),  # Pending -> Running
         ("oom_killed", job, 0, NODE, "OOMKilled", 137),  # lastState after restart
+        ("job_started", job, 0, NODE, "Running", None),  # the restart: attempt 2 (issue 19)
         ("job_failed", job, 1, NODE, "Terminated", 1),  # seen by the relist
         ("preempted", job, 0, NODE, "Running", None),  # DisruptionTarget; no cancel/143s
     ]
     assert got[0].ts == parse_k8s_time("2025-11-10T15:02:10Z")
     assert got[2].ts == parse_k8s_time("2025-11-10T16:31:07Z")
     assert got[2].payload.reason == "OOMKilled: container pytorch exited 137"
-    assert got[3].payload.reason.startswith("Error: container pytorch exited 1: Traceback")
-    assert "NCCL error" in got[3].payload.reason
-    assert got[4].payload.reason == (
+    restart = got[3].payload
+    assert (restart.reason, restart.run_id, restart.attempt) == ("restart 1", job, 2)
+    assert [(e.payload.run_id, e.payload.attempt) for e in got[:3]] == [(job, 1)] * 3
+    assert got[4].payload.reason.startswith("Error: container pytorch exited 1: Traceback")
+    assert "NCCL error" in got[4].payload.reason
+    assert got[5].payload.reason == (
         "PreemptionByScheduler: default-scheduler: preempting to accommodate a higher priority pod"
     )
-    assert got[4].ts == parse_k8s_time("2025-11-10T17:00:00Z")
+    assert got[5].ts == parse_k8s_time("2025-11-10T17:00:00Z")
     assert all(e.event_id.startswith("k8s-") for e in got)
     assert len({e.event_id for e in got}) == len(got)
     assert sink.agent() == []  # a drop and a 410 are routine, not collector errors

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import Field
 
 from rankscope.collectors.base import CollectorConfig
+from rankscope.collectors.runs import RunRule
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
@@ -47,3 +48,6 @@ class KubernetesCollectorConfig(CollectorConfig):
         ]
     )
     rank_env: list[str] = Field(default_factory=lambda: ["RANK"])
+    #: which run a job's pods belong to (collectors/runs.py; default: the job name, so every
+    #: restart of a PyTorchJob is one run); the attempt is the container's restartCount + 1
+    runs: RunRule = Field(default_factory=RunRule)

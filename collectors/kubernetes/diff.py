@@ -90,8 +90,16 @@ class _ObjectDiff(_KubernetesCollectorBase):
         )
         evicted = status.get("reason") == "Evicted"
 
+        restarts = max(
+            (
+                _int_text(cs.get("restartCount")) or 0
+                for cs in _dicts(status.get("containerStatuses"))
+            ),
+            default=0,
+        )
         if phase == "Running" and not st.started:
             st.started = True
+            st.restarts = restarts
             started = [
                 parse_k8s_time(_get(cs, "state", "running", "startedAt"))
                 for cs in _dicts(status.get("containerStatuses"))
@@ -99,8 +107,11 @@ class _ObjectDiff(_KubernetesCollectorBase):
             ts = min((t for t in started if t), default=None) or parse_k8s_time(
                 status.get("startTime")
             )
-            events.append(self._pod_event(st, "job_started", "Running", "", None, ts, ("start",)))
-
+            events.append(
+                self._pod_event(
+                    st, "job_started", "Running", "", None, ts, ("start",), restarts + 1
+                )
+            )
         if (disrupted or evicted) and not st.preempted:
             st.preempted = True
             if disrupted and disruption is not None:
@@ -110,7 +121,16 @@ class _ObjectDiff(_KubernetesCollectorBase):
                 reason = f"Evicted: {status.get('message', '')}".rstrip(": ")
                 ts = None
             events.append(
-                self._pod_event(st, "preempted", phase or "Unknown", reason, None, ts, ("preempt",))
+                self._pod_event(
+                    st,
+                    "preempted",
+                    phase or "Unknown",
+                    reason,
+                    None,
+                    ts,
+                    ("preempt",),
+                    restarts + 1,
+                )
             )
 
         quiet = deleting or disrupted or evicted  # exits caused by the disruption are not news
@@ -133,16 +153,39 @@ class _ObjectDiff(_KubernetesCollectorBase):
                 if term.get("message"):
                     detail += f": {str(term['message']).strip()[:2000]}"
                 ts = parse_k8s_time(term.get("finishedAt"))
+                # lastState: the run before the latest restart; state: the current one
+                count = _int_text(cs.get("restartCount")) or 0
+                attempt = count if where == "lastState" and count else count + 1
                 if reason == "OOMKilled":
                     st.failed_terms.add(key)
                     events.append(
-                        self._pod_event(st, "oom_killed", "OOMKilled", detail, code, ts, (key,))
+                        self._pod_event(
+                            st, "oom_killed", "OOMKilled", detail, code, ts, (key,), attempt
+                        )
                     )
                 elif code and not quiet:
                     st.failed_terms.add(key)
                     events.append(
-                        self._pod_event(st, "job_failed", "Terminated", detail, code, ts, (key,))
+                        self._pod_event(
+                            st, "job_failed", "Terminated", detail, code, ts, (key,), attempt
+                        )
                     )
+
+        if st.started and phase == "Running" and restarts > st.restarts:
+            # restartPolicy OnFailure (PyTorchJob): the container restarted in place, a new attempt
+            st.restarts = restarts
+            started = [
+                parse_k8s_time(_get(cs, "state", "running", "startedAt"))
+                for cs in _dicts(status.get("containerStatuses"))
+                if (_int_text(cs.get("restartCount")) or 0) == restarts
+            ]
+            ts = min((t for t in started if t), default=None)
+            events.append(
+                self._pod_event(
+                    st, "job_started", "Running", f"restart {restarts}", None, ts,
+                    ("start", restarts), restarts + 1,
+                )
+            )  # fmt: skip
 
         if not st.ended and phase in ("Succeeded", "Failed"):
             st.ended = True
@@ -156,7 +199,9 @@ class _ObjectDiff(_KubernetesCollectorBase):
             ]
             ts = max((parse_k8s_time(t.get("finishedAt")) or 0 for t in terms), default=0) or None
             if phase == "Succeeded":
-                events.append(self._pod_event(st, "job_completed", phase, "", 0, ts, ("end",)))
+                events.append(
+                    self._pod_event(st, "job_completed", phase, "", 0, ts, ("end",), restarts + 1)
+                )
             elif not (st.failed_terms and not quiet):
                 code = next(
                     (_int_text(t.get("exitCode")) for t in terms if t.get("exitCode")), None
@@ -165,13 +210,29 @@ class _ObjectDiff(_KubernetesCollectorBase):
                     str(x) for x in (status.get("reason"), status.get("message")) if x
                 )
                 events.append(
-                    self._pod_event(st, "job_failed", phase, reason or "Failed", code, ts, ("end",))
+                    self._pod_event(
+                        st,
+                        "job_failed",
+                        phase,
+                        reason or "Failed",
+                        code,
+                        ts,
+                        ("end",),
+                        restarts + 1,
+                    )
                 )
         if deleting and not st.ended and not st.preempted:
             st.ended = True
             events.append(
                 self._pod_event(
-                    st, "job_cancelled", phase or "Unknown", "pod deleted", None, None, ("deleted",)
+                    st,
+                    "job_cancelled",
+                    phase or "Unknown",
+                    "pod deleted",
+                    None,
+                    None,
+                    ("deleted",),
+                    restarts + 1,
                 )
             )
         if etype == "DELETED":
@@ -187,6 +248,7 @@ class _ObjectDiff(_KubernetesCollectorBase):
         exit_code: int | None,
         ts_ns: int | None,
         key: tuple[object, ...],
+        attempt: int = 0,
     ) -> SchedulerEventEvent:
         return self._event(
             etype,
@@ -198,6 +260,7 @@ class _ObjectDiff(_KubernetesCollectorBase):
             rank=st.rank,
             node=st.node or None,
             event_id=_stable_id(self.factory.cluster, "pod", st.uid, etype, *key),
+            attempt=attempt,
         )
 
     # -- nodes -------------------------------------------------------------------------------

@@ -32,6 +32,8 @@ class _PodState:
     ended: bool = False
     terms: set[str] = field(default_factory=set)
     failed_terms: set[str] = field(default_factory=set)
+    #: the highest container restartCount whose (re)start was reported
+    restarts: int = 0
 
 
 @dataclass
@@ -88,13 +90,17 @@ class _KubernetesCollectorBase(BaseCollector):
         rank: int | None,
         node: str | None,
         event_id: str | None,
+        attempt: int = 0,
     ) -> SchedulerEventEvent:
+        """``attempt`` > 0: a job's pod event, stamped with the job's run (collectors/runs.py)."""
         payload = SchedulerEvent(
             source="kubernetes",
             event_type=etype,
             state=state[:256],
             reason=reason[:16_384],
             exit_code=exit_code,
+            run_id=self.config.runs.resolve(job_id, name=job_id) if job_id and attempt else "",
+            attempt=attempt if job_id else 0,
         )
         ev = self.factory.make(SchedulerEventEvent, payload, ts_ns=ts_ns, job_id=job_id, rank=rank)
         update: dict[str, Any] = {}

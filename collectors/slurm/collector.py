@@ -57,6 +57,7 @@ class SlurmCollector(_SlurmCommands):
         self._finished: dict[str, None] = {}  # insertion-ordered set
         self._nodes: dict[str, NodeSnapshot] = {}
         self._pending: list[Event] = []
+        self._runs = {}
         #: the data_parser version of the last squeue output (diagnostics)
         self.data_parser = ""
 
@@ -162,6 +163,7 @@ class SlurmCollector(_SlurmCommands):
 
     def _apply_job(self, cur: JobSnapshot, now_ns: int, plan: _Plan) -> list[Event]:
         """Diff one job against its previous snapshot; the requeue cause is left to sacct."""
+        self._link_run(cur)
         track = self._jobs.get(cur.job_id)
         prev = track.last if track else None
         if track is None:
@@ -201,7 +203,10 @@ class SlurmCollector(_SlurmCommands):
         for job_id in sorted(plan.requeued, key=_job_sort_key):
             track = self._jobs[job_id]
             cause = _previous_run(by_job.get(job_id, []), track.last)
-            cause_snap = JobSnapshot.from_sacct(cause) if cause is not None else None
+            ended_at = track.requeues_reported - 1  # the restart count of the run that ended
+            cause_snap = (
+                JobSnapshot.from_sacct(cause, restart_cnt=ended_at) if cause is not None else None
+            )
             events.append(
                 self._job_requeued(track.last, track.requeues_reported, now_ns, cause_snap)
             )
@@ -212,7 +217,7 @@ class SlurmCollector(_SlurmCommands):
                 ev = self._job_state_event(cause_snap, now_ns, first_sight=False)
                 if ev is not None:
                     events.append(ev)
-            events.extend(self._oom_steps(job_id, cause, now_ns))
+            events.extend(self._oom_steps(job_id, cause, now_ns, restart=ended_at))
 
         for job_id in sorted(plan.missing, key=_job_sort_key):
             runs = by_job.get(job_id)
@@ -244,7 +249,9 @@ class SlurmCollector(_SlurmCommands):
                 self._mark_finished(job_id)
         return events
 
-    def _oom_steps(self, job_id: str, rec: SacctJob, now_ns: int) -> list[Event]:
+    def _oom_steps(
+        self, job_id: str, rec: SacctJob, now_ns: int, restart: int | None = None
+    ) -> list[Event]:
         """An OUT_OF_MEMORY step inside a run that ended otherwise names the node it hit."""
         if "OUT_OF_MEMORY" in rec.state.current:
             return []  # the run's own event is already oom_killed
@@ -266,6 +273,7 @@ class SlurmCollector(_SlurmCommands):
                     now_ns=now_ns,
                     key=(job_id, "oom_killed", step_id, end_s) if end_s else None,
                     node=nodes[0] if len(nodes) == 1 else None,
+                    restart=restart,
                 )
             )
         return events

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from rankscope.collectors.base import CollectorConfig
+from rankscope.collectors.runs import RunRule
 
 
 class SlurmCollectorConfig(CollectorConfig):
@@ -31,3 +32,6 @@ class SlurmCollectorConfig(CollectorConfig):
     max_missing_polls: int = Field(default=30, ge=1)
     #: finished job ids remembered so that none is reported twice
     max_finished_jobs: int = Field(default=4096, ge=16)
+    #: which run each job attempt belongs to (collectors/runs.py): mapping, name/comment regex,
+    #: array jobs; dependency chains and requeues are linked without it
+    runs: RunRule = Field(default_factory=RunRule)

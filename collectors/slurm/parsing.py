@@ -127,6 +127,11 @@ class SqueueJob(_Lenient):
     start_time: OptTime = None
     end_time: OptTime = None
     restart_cnt: int = 0
+    # run linking (issue 19): squeue --json v0.0.40-42 job fields (slurm.schedmd.com/rest_api)
+    comment: Text = ""
+    dependency: Text = ""
+    array_job_id: OptNumber = None
+    array_task_id: OptNumber = None
 
 
 class SlurmErrorEntry(_Lenient):
@@ -183,11 +188,34 @@ class SacctStep(_Lenient):
     time: SacctTime = Field(default_factory=SacctTime)
 
 
+class SacctComment(_Lenient):
+    """sacct's ``comment`` object (v0.0.40-42): the user's ``--comment`` is ``job``."""
+
+    administrator: Text = ""
+    job: Text = ""
+    system: Text = ""
+
+
+def _comment_in(value: Any) -> Any:
+    return {"job": value} if isinstance(value, str) or value is None else value
+
+
+class SacctArray(_Lenient):
+    """sacct's ``array`` object: ``job_id`` 0 = not an array job."""
+
+    job_id: int = 0
+    task_id: OptNumber = None
+
+
 class SacctJob(_Lenient):
     """One entry of ``sacct --json`` ``jobs[]`` (slurmdbd's record of one run of a job)."""
 
     job_id: int
     name: Text = ""
+    comment: Annotated[SacctComment, BeforeValidator(_comment_in)] = Field(
+        default_factory=SacctComment
+    )
+    array: SacctArray = Field(default_factory=SacctArray)
     state: SacctState = Field(default_factory=SacctState)
     exit_code: ExitCodeField = None
     nodes: Text = ""

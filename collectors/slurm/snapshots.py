@@ -76,6 +76,12 @@ class JobSnapshot:
     restart_cnt: int = 0
     failed_node: str = ""
     source: Literal["squeue", "sacct"] = "squeue"
+    # what links the job to a run (collectors/runs.py)
+    name: str = ""
+    comment: str = ""
+    dependency: str = ""
+    array_job_id: int | None = None
+    array_task_id: int | None = None
 
     @property
     def base(self) -> str:
@@ -109,6 +115,11 @@ class JobSnapshot:
             restart_cnt=job.restart_cnt,
             failed_node=job.failed_node,
             source="squeue",
+            name=job.name,
+            comment=job.comment,
+            dependency=job.dependency,
+            array_job_id=job.array_job_id or None,
+            array_task_id=job.array_task_id,
         )
 
     @classmethod
@@ -124,6 +135,10 @@ class JobSnapshot:
             restart_cnt=restart_cnt,
             failed_node=job.failed_node,
             source="sacct",
+            name=job.name,
+            comment=job.comment.job,
+            array_job_id=job.array.job_id or None,
+            array_task_id=job.array.task_id,
         )
 
 

@@ -169,9 +169,10 @@ def query(
 ) -> None:
     """Run a named query of the SQL library, or any SQL, against the pipeline's ClickHouse, as
     the read-only user when one is configured (a login in --clickhouse-url wins)."""
+    from rankscope.settings import Settings
     from rankscope.sinks.access import url_for
     from rankscope.sinks.clickhouse import connect
-    from rankscope.sinks.named_queries import load_queries
+    from rankscope.sinks.named_queries import PRICE_PARAM, default_price_per_gpu_hour, load_queries
 
     if clickhouse_url is None:
         url = local_clickhouse_url(home, role="reader")
@@ -181,6 +182,11 @@ def query(
     named = load_queries()
     if sql in named:
         values = pairs(param, "key=value", "--param")
+        takes = {p.name: p for p in named[sql].params}
+        if PRICE_PARAM in takes and PRICE_PARAM not in values:
+            price = Settings().price_per_gpu_hour
+            if price is not None or takes[PRICE_PARAM].default is None:
+                values[PRICE_PARAM] = str(price or default_price_per_gpu_hour())
         try:
             bound = named[sql].bind(values, database)
         except ValueError as exc:

@@ -1,0 +1,117 @@
+-- name: run_attempts
+-- summary: Every attempt of a run: GPU-hours, energy, the steps it saved and what it lost.
+-- Attempts come from the job_attempts view (scheduler events carrying run_id and attempt); an
+-- attempt's spans and GPU samples are its job's between the attempt's start and end (a Slurm
+-- requeue keeps the job id, so time tells the attempts apart).
+--   gpu_hours         ranks x (end - start), the allocation, as goodput counts it
+--   energy_j          the rise of each GPU's NVML energy counter within the attempt
+--   saved_step        the last step of the attempt's last good checkpoint span (phase
+--                     'checkpoint', step = the step saved); none: the step it resumed after
+--   recomputed_steps  steps done after saved_step, redone by the next attempt (0 if completed)
+--   lost_gpu_hours    an attempt that did not complete: ranks x (end - end of its last
+--                     checkpoint, or start): the unsaved work, the failure and the teardown
+--   lost_energy_j     the energy counters' rise over the same stretch
+--   cause_class       the attempt's first incident's cause class; else from the scheduler
+--                     (preempted: scheduler_preemption, oom_killed: host_oom), else unknown
+-- param: run_id String = ''  one run (empty: every run)
+-- param: hours UInt32 = 0  runs with an attempt that started in the last hours (0: all)
+WITH
+    attempts AS (
+        SELECT cluster, run_id, job_id, attempt, start_ns, end_ns, outcome, event_types
+        FROM (
+            SELECT *, max(start_ns) OVER (PARTITION BY cluster, run_id) AS run_last_start_ns
+            FROM {db:Identifier}.job_attempts
+            WHERE {run_id:String} = '' OR run_id = {run_id:String}
+        )
+        WHERE {hours:UInt32} = 0
+            OR run_last_start_ns >= toUnixTimestamp64Nano(now64(9)) - {hours:UInt32} * 3600000000000
+    ),
+    span_facts AS (
+        SELECT a.cluster AS cluster, a.run_id AS run_id, a.job_id AS job_id, a.attempt AS attempt,
+            uniqExactIf(s.rank, s.phase = 'step') AS ranks,
+            minIf(s.step, s.phase = 'step' AND s.step >= 0) AS first_step,
+            maxIf(s.step, s.phase = 'step' AND s.status = 'ok' AND s.step >= 0) AS last_step,
+            countIf(s.phase = 'checkpoint' AND s.status != 'error' AND s.step >= 0) AS ckpts,
+            maxIf(s.step, s.phase = 'checkpoint' AND s.status != 'error' AND s.step >= 0)
+                AS ckpt_step,
+            maxIf(s.end_ns, s.phase = 'checkpoint' AND s.status != 'error' AND s.step >= 0)
+                AS ckpt_end_ns,
+            max(s.end_ns) AS last_end_ns
+        FROM {db:Identifier}.spans AS s FINAL
+        INNER JOIN attempts AS a ON s.cluster = a.cluster AND s.job_id = a.job_id
+        WHERE s.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
+            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+            AND s.phase IN ('step', 'checkpoint')
+            AND s.start_ns >= a.start_ns AND (a.end_ns = 0 OR s.end_ns <= a.end_ns)
+        GROUP BY cluster, run_id, job_id, attempt
+    ),
+    facts AS (
+        SELECT a.cluster AS cluster, a.run_id AS run_id, a.job_id AS job_id,
+            a.attempt AS attempt, a.outcome AS outcome, a.event_types AS event_types,
+            a.start_ns AS start_ns,
+            if(a.end_ns = 0, f.last_end_ns, a.end_ns) AS end_ns,
+            f.ranks AS ranks, f.first_step AS first_step, f.last_step AS last_step,
+            if(f.ckpts > 0, f.ckpt_step, f.first_step - 1) AS saved_step,
+            if(f.ckpts > 0, f.ckpt_end_ns, a.start_ns) AS saved_until_ns,
+            a.outcome = 'job_completed' AS completed
+        FROM attempts AS a
+        LEFT JOIN span_facts AS f
+            ON a.cluster = f.cluster AND a.run_id = f.run_id AND a.job_id = f.job_id
+                AND a.attempt = f.attempt
+    ),
+    energy AS (
+        SELECT cluster, run_id, attempt,
+            sum(rise_mj) / 1000 AS energy_j, sum(lost_mj) / 1000 AS lost_energy_j
+        FROM (
+            SELECT x.cluster AS cluster, x.run_id AS run_id, x.attempt AS attempt,
+                g.node, g.gpu,
+                max(g.energy_mj) - min(g.energy_mj) AS rise_mj,
+                if(any(x.completed), 0,
+                    max(g.energy_mj) - minIf(g.energy_mj, g.ts_ns >= x.saved_until_ns)) AS lost_mj
+            FROM {db:Identifier}.gpu_samples AS g FINAL
+            INNER JOIN facts AS x ON g.cluster = x.cluster AND g.job_id = x.job_id
+            WHERE g.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
+            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+                AND g.energy_mj IS NOT NULL
+                AND g.ts_ns >= x.start_ns AND g.ts_ns <= x.end_ns
+            GROUP BY cluster, run_id, attempt, g.node, g.gpu
+        )
+        GROUP BY cluster, run_id, attempt
+    ),
+    causes AS (
+        SELECT x.cluster AS cluster, x.run_id AS run_id, x.attempt AS attempt,
+            argMin(i.cause_class, i.first_cause_ts_ns) AS cause_class
+        FROM {db:Identifier}.incidents AS i FINAL
+        INNER JOIN attempts AS x ON i.cluster = x.cluster AND i.job_id = x.job_id
+        WHERE i.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
+            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+            AND i.first_cause_ts_ns >= x.start_ns
+            AND (x.end_ns = 0 OR i.first_cause_ts_ns <= x.end_ns)
+        GROUP BY cluster, run_id, attempt
+    )
+SELECT
+    x.cluster AS cluster,
+    x.run_id AS run_id,
+    x.job_id AS job_id,
+    x.attempt AS attempt,
+    x.outcome AS outcome,
+    x.start_ns AS start_ns,
+    x.end_ns AS end_ns,
+    x.ranks AS ranks,
+    x.ranks * (x.end_ns - x.start_ns) / 3.6e12 AS gpu_hours,
+    coalesce(e.energy_j, 0) AS energy_j,
+    x.first_step AS first_step,
+    x.last_step AS last_step,
+    x.saved_step AS saved_step,
+    if(x.completed, 0, greatest(x.last_step - x.saved_step, 0)) AS recomputed_steps,
+    if(x.completed, 0, x.ranks * (x.end_ns - greatest(x.saved_until_ns, x.start_ns)) / 3.6e12)
+        AS lost_gpu_hours,
+    coalesce(e.lost_energy_j, 0) AS lost_energy_j,
+    if(x.completed, '',
+        multiIf(c.cause_class != '', c.cause_class,
+            has(x.event_types, 'preempted'), 'scheduler_preemption',
+            has(x.event_types, 'oom_killed'), 'host_oom', 'unknown')) AS cause_class
+FROM facts AS x
+LEFT JOIN energy AS e ON x.cluster = e.cluster AND x.run_id = e.run_id AND x.attempt = e.attempt
+LEFT JOIN causes AS c ON x.cluster = c.cluster AND x.run_id = c.run_id AND x.attempt = c.attempt
+ORDER BY cluster, run_id, attempt
