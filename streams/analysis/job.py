@@ -155,7 +155,9 @@ class JobAnalyzer:
             for det in self.liveness.advance(self.event_time, now, check_nodes=aligned):
                 detections.append(det)
                 if det.detection_type == "hang":
-                    self.rootcause.note_hang(det.rank, det.node, det.onset_ts, None)
+                    seq = det.details.get("seq")
+                    seq = seq if isinstance(seq, int) else None
+                    self.rootcause.note_hang(det.rank, det.node, det.onset_ts, seq)
                 elif det.detection_type == "node_unresponsive":
                     self.rootcause.note_node_unresponsive(det.node, det.onset_ts)
         if self.event_time >= 0:

@@ -4,7 +4,10 @@
 timeout (``timeout_factor`` x the recent median step time, clamped to [min, max]), the job is
 hung. The rank everyone waits on is the one that never entered the collective: the others have
 finished their compute phases of step N (their data/forward/backward/optimizer spans arrived),
-while it is still at N-1.
+while it is still at N-1. When the compute phases cannot tell (every rank finished them, and one
+never started collective N: a desync), the hang is named again once the watchdog fires, whatever
+its timeout (10 s in the suite, 600 s in production): the ranks that time out name SeqNum N, and
+the awaited rank is the one that did not, its last completed collective seq behind N.
 
 **Silent node.** Every node sends heartbeats. A node from which *nothing* has arrived for
 ``silence_factor`` heartbeat intervals while the rest of the job keeps going is unresponsive. If
@@ -23,7 +26,13 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from rankscope.schemas.derived import Detection
-from rankscope.schemas.events import Event, HeartbeatEvent, SchedulerEventEvent, SpanEvent
+from rankscope.schemas.events import (
+    CommEventEvent,
+    Event,
+    HeartbeatEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+)
 from rankscope.streams.analysis.steps import COMPUTE_PHASES
 
 S = 1_000_000_000
@@ -87,6 +96,12 @@ class LivenessDetector:
     first_ts: int = -1
     node_check_ns: int = 250_000_000
     _nodes_checked_ts: int = -(2**62)
+    #: last completed collective sequence number per rank (span attribute ``collective.seq``)
+    coll_seq: dict[int, int] = field(default_factory=dict)
+    #: watchdog timeouts: collective seq -> ranks that reported timing out in it
+    timed_out: dict[int, set[int]] = field(default_factory=dict)
+    #: a hang found without a rank, named later from the sequence numbers
+    unnamed_hang: Detection | None = None
 
     def observe(self, ev: Event, ts: int) -> None:
         self.since_span += 1
@@ -105,11 +120,16 @@ class LivenessDetector:
             node.last_span = max(node.last_span, ts)
             p = ev.payload
             self.rank_node[ev.rank] = ev.node
-            if p.phase == "step":
+            if p.phase == "collective":
+                seq = p.attributes.get("collective.seq")
+                if isinstance(seq, int) and seq > self.coll_seq.get(ev.rank, -1):
+                    self.coll_seq[ev.rank] = seq
+            elif p.phase == "step":
                 self.step_times.append(p.duration_s)
                 if ts > self.last_progress_ts:
                     self.last_progress_ts = ts
                     self.hang_flagged = False  # progress resumed: re-arm
+                    self.unnamed_hang = None
             elif p.phase in COMPUTE_PHASES and p.step is not None:
                 pos = (p.step, _PHASE_ORDER[p.phase])
                 if pos > self.rank_step.get(ev.rank, (-1, -1)):
@@ -118,6 +138,14 @@ class LivenessDetector:
                 self._end(ts)
         elif isinstance(ev, SchedulerEventEvent) and ev.payload.event_type in _TERMINAL:
             self._end(ts)
+        elif (
+            isinstance(ev, CommEventEvent)
+            and ev.payload.event_type == "watchdog_timeout"
+            and ev.payload.seq is not None
+            and ev.rank is not None
+        ):
+            self.timed_out.setdefault(ev.payload.seq, set()).add(ev.rank)
+            self.rank_node.setdefault(ev.rank, ev.node)
 
     def _end(self, ts: int) -> None:
         if self.ended_ts < 0 or ts < self.ended_ts:
@@ -158,7 +186,14 @@ class LivenessDetector:
             and self._before_end(self.last_progress_ts + timeout)
         ):
             self.hang_flagged = True
-            out.append(self._hang(now_ts, emitted_ns))
+            hang = self._hang(now_ts, emitted_ns)
+            self.unnamed_hang = hang if hang.rank is None and not hang.node else None
+            out.append(hang)
+        if self.unnamed_hang is not None and self.timed_out:
+            named = self._named_by_seq(self.unnamed_hang, now_ts)
+            if named is not None:
+                self.unnamed_hang = None
+                out.append(named)
         # node silences are seconds long: checking every ``node_check_s`` of event time is
         # enough, and keeps the O(nodes) scan off the per-record path of a 4,096-rank job
         if check_nodes and now_ts - self._nodes_checked_ts >= self.node_check_ns:
@@ -230,6 +265,52 @@ class LivenessDetector:
             summary=summary,
             evidence=[f"median step time {timeout_s / self.config.timeout_factor:.2f}s", *evidence],
             details={"waited_s": round(waited_s, 3), "timeout_s": round(timeout_s, 3)},
+        )
+
+    def awaited_by_seq(self) -> tuple[int, list[int]] | None:
+        """(seq N, the ranks that never entered it) once most ranks timed out in collective N."""
+        seq, reporters = max(self.timed_out.items(), key=lambda kv: (len(kv[1]), -kv[0]))
+        known = set(self.rank_node) | set(self.coll_seq)
+        if len(reporters) < len(known) / 2:
+            return None
+        awaited = sorted(r for r in known - reporters if self.coll_seq.get(r, -1) < seq)
+        if not awaited or len(awaited) >= len(known) / 2:
+            return None
+        return seq, awaited
+
+    def _named_by_seq(self, hang: Detection, now_ts: int) -> Detection | None:
+        """The job-level ``hang`` again (same id: the table replaces it), naming the awaited
+        rank(s) from the watchdog's sequence numbers."""
+        found = self.awaited_by_seq()
+        if found is None:
+            return None
+        seq, awaited = found
+        nodes = sorted({self.rank_node.get(r, "") for r in awaited} - {""})
+        rank = awaited[0] if len(awaited) == 1 else None
+        node = nodes[0] if len(nodes) == 1 else ""
+        who = (
+            f"rank {rank} on {node}"
+            if rank is not None
+            else f"ranks {awaited[:8]}{'...' if len(awaited) > 8 else ''}"
+        )
+        reporters = len(self.timed_out[seq])
+        summary = (
+            f"job hung: no step completed after {(now_ts - hang.onset_ts) / S:.0f}s; {reporters} "
+            f"ranks timed out waiting in collective seq {seq} for {who}, which never entered it"
+        )
+        evidence = [
+            f"rank {r}: last completed collective seq {self.coll_seq.get(r, -1)}"
+            for r in awaited[:16]
+        ]
+        return hang.model_copy(
+            update={
+                "node": node,
+                "rank": rank,
+                "detected_ts": now_ts,  # when the rank became known
+                "summary": summary,
+                "evidence": [*hang.evidence, *evidence],
+                "details": {**hang.details, "seq": seq},
+            }
         )
 
     def _state(self, node: _Node, now_ts: int) -> str:

@@ -1,0 +1,93 @@
+"""Detectors across job shapes (issue 20): each test is a hand-built sequence that failed before
+the detector's thresholds scaled with the job (production watchdog timeout, 4 GPUs per node and
+long steps, 15% jitter, small config drift, terminal cascades)."""
+
+from __future__ import annotations
+
+from rankscope.schemas.derived import Detection, Incident
+from rankscope.schemas.events import CommEventEvent, Event, SpanEvent
+from rankscope.streams.analysis.job import JobAnalyzer
+from tests.factories import comm, gpu_sample, heartbeat, scheduler
+from tests.test_detectors import MS, RANKS, S, phase, synchronous_steps
+
+
+def _with_seq(events: list[Event]) -> list[Event]:
+    """Collective spans carry PyTorch's sequence number (``collective.seq``), as exported."""
+    out: list[Event] = []
+    for ev in events:
+        if isinstance(ev, SpanEvent) and ev.payload.phase == "collective":
+            p = ev.payload
+            attrs = {"collective.op": "all_reduce", "collective.seq": p.step or 0}
+            payload = p.model_copy(update={"attributes": attrs})
+            out.append(ev.model_copy(update={"payload": payload}))
+        else:
+            out.append(ev)
+    return out
+
+
+def _analyse(events: list[Event]) -> tuple[dict[str, Detection], dict[str, Incident]]:
+    """One JobAnalyzer over the events in order; the latest version of each finding by id."""
+    analyzer = JobAnalyzer("c1", "job-1", clock_ns=lambda: 0)
+    dets: dict[str, Detection] = {}
+    incs: dict[str, Incident] = {}
+    for n, ev in enumerate(events, 1):
+        analyzer.observe(ev)
+        if n % 64 == 0:
+            d, i = analyzer.take()
+            dets.update((x.detection_id, x) for x in d)
+            incs.update((x.incident_id, x) for x in i)
+    d, i = analyzer.flush()
+    dets.update((x.detection_id, x) for x in d)
+    incs.update((x.incident_id, x) for x in i)
+    return dets, incs
+
+
+def _watchdog(rank: int, ts: int, seq: int, timeout_s: int) -> CommEventEvent:
+    ev = comm(
+        f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+        f"OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)={timeout_s * 1000}) ran for "
+        f"{timeout_s * 1000 + 7} milliseconds before timing out.",
+        ts=ts,
+        node=f"node{rank // 8:03d}",
+        rank=rank,
+        event_type="watchdog_timeout",
+    )
+    p = ev.payload.model_copy(
+        update={"source": "pytorch", "op": "ALLREDUCE", "seq": seq, "timeout_ms": timeout_s * 1000}
+    )
+    return ev.model_copy(update={"payload": p})
+
+
+def hang_at_watchdog(timeout_s: int, hung: int = 6) -> list[Event]:
+    """Steps 0-9 complete; in step 10 every rank, ``hung`` too, finishes its compute, but
+    ``hung`` never starts collective seq 10 (a desync: it waits elsewhere). The others' watchdog
+    fires ``timeout_s`` later naming SeqNum=10; the job fails."""
+    events = _with_seq(synchronous_steps(range(10), lambda r, s: 1000))
+    t = max(e.ts for e in events)
+    for r in range(RANKS):
+        for i, name in enumerate(("data", "forward", "backward", "optimizer")):
+            events.append(phase(r, 10, name, t + i * 200 * MS, t + (i + 1) * 200 * MS))
+    entered = t + 800 * MS
+    for k in range(timeout_s + 2):
+        events += [gpu_sample(r, t + k * S, util=5.0) for r in range(RANKS)]
+        events += [heartbeat(f"node{n:03d}", t + k * S, seq=100 + k) for n in range(2)]
+    fire = entered + timeout_s * S
+    events += [_watchdog(r, fire + r * MS, 10, timeout_s) for r in range(RANKS) if r != hung]
+    events.append(scheduler("job_failed", fire + 2 * S))
+    return sorted(events, key=lambda e: e.ts)
+
+
+def _hang_names(timeout_s: int) -> None:
+    dets, incs = _analyse(hang_at_watchdog(timeout_s))
+    hangs = [d for d in dets.values() if d.detection_type == "hang"]
+    assert [(d.node, d.rank) for d in hangs] == [("node000", 6)], [d.summary for d in hangs]
+    assert [(i.cause_class, i.node, i.rank) for i in incs.values()] == [("hang", "node000", 6)]
+    assert "seq 10" in hangs[0].summary
+
+
+def test_a_hang_at_the_suites_10s_watchdog_names_the_rank_that_never_entered_seq_n() -> None:
+    _hang_names(10)
+
+
+def test_a_hang_at_the_production_600s_watchdog_names_the_rank_that_never_entered_seq_n() -> None:
+    _hang_names(600)
