@@ -7,8 +7,9 @@ from __future__ import annotations
 from rankscope.schemas.derived import Detection, Incident
 from rankscope.schemas.events import CommEventEvent, Event, SpanEvent
 from rankscope.streams.analysis.job import JobAnalyzer
-from tests.factories import comm, gpu_sample, heartbeat, scheduler
-from tests.test_detectors import MS, RANKS, S, phase, synchronous_steps
+from rankscope.streams.analysis.liveness import LivenessDetector
+from tests.factories import comm, gpu_sample, heartbeat, scheduler, span
+from tests.test_detectors import MS, RANKS, T0, S, phase, synchronous_steps
 
 
 def _with_seq(events: list[Event]) -> list[Event]:
@@ -91,3 +92,47 @@ def test_a_hang_at_the_suites_10s_watchdog_names_the_rank_that_never_entered_seq
 
 def test_a_hang_at_the_production_600s_watchdog_names_the_rank_that_never_entered_seq_n() -> None:
     _hang_names(600)
+
+
+def _liveness(events: list[Event]) -> list[Detection]:
+    det = LivenessDetector("c1", "job-1")
+    found: list[Detection] = []
+    now = -1
+    for ev in sorted(events, key=lambda e: e.ts):
+        now = max(now, ev.ts)
+        det.observe(ev, now)
+        found += det.advance(now, 0)
+    return found
+
+
+def _slow_steps(
+    step_s: float, until_s: int, hb_every_s: float = 5.0, hb_stop: dict[int, int] | None = None
+) -> list[Event]:
+    """Three nodes, one rank each reporting a step span every ``step_s`` (no GPU samples: a
+    job that exports spans and heartbeats only); node ``n``'s agent stops at ``hb_stop[n]``."""
+    events: list[Event] = []
+    stop = hb_stop or {}
+    for n in range(3):
+        k, t = 0, 0.0
+        while t < until_s:
+            if t < stop.get(n, until_s):
+                events.append(heartbeat(f"node{n:03d}", T0 + int(t * S), seq=k))
+            k, t = k + 1, t + hb_every_s
+        for k in range(int(until_s / step_s)):
+            end = T0 + int((k + 1) * step_s * S)
+            events.append(span(n * 8, end, dur_s=step_s, phase="step", step=k))
+    return events
+
+
+def test_a_dead_collector_in_a_job_with_10s_steps_is_collector_silent_not_unresponsive() -> None:
+    """The node's ranks report once per 10 s step: after its agent dies, the gaps between its
+    spans are the job's cadence, not an unresponsive node."""
+    found = _liveness(_slow_steps(10.0, 120, hb_stop={2: 40}))
+    assert [(d.detection_type, d.node) for d in found] == [("collector_silent", "node002")]
+
+
+def test_heartbeats_slower_than_declared_are_judged_by_the_nodes_own_cadence() -> None:
+    """An agent that declares 5 s but delivers a heartbeat every 15 s (its poll loop runs late)
+    is healthy by its own cadence: neither its node nor its collector is silent."""
+    found = _liveness(_slow_steps(2.5, 150, hb_every_s=15.0))
+    assert found == []

@@ -13,6 +13,10 @@ the awaited rank is the one that did not, its last completed collective seq behi
 ``silence_factor`` heartbeat intervals while the rest of the job keeps going is unresponsive. If
 its heartbeats stop but its ranks' spans keep arriving, the node is alive and only the collector
 is dead: that is reported differently, because the remedy differs (restart the agent, not the job).
+Each stream is judged by its own cadence (issue 20): heartbeats by the node's interval, declared
+or observed (an agent whose loop runs late delivers slower than it declares), spans by the job's
+step time (ranks report once per step; with 10 s steps a 7 s gap is normal). A node is
+unresponsive only when both streams are overdue, its collector silent when only heartbeats are.
 
 Time is the job's event time (corrected), so a replay gives the same answers as live operation.
 """
@@ -73,6 +77,14 @@ class _Node:
     last_span: int = -1
     interval_s: float = 5.0
     flagged: str = ""  # "", "node_unresponsive", "collector_silent"
+    #: recent gaps between its heartbeats (s): the cadence it really delivers
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=8))
+
+    def cadence_s(self) -> float:
+        """The heartbeat interval to judge this node by: declared, or observed when longer."""
+        if self.gaps:
+            return max(self.interval_s, statistics.median(self.gaps))
+        return self.interval_s
 
 
 @dataclass
@@ -102,6 +114,9 @@ class LivenessDetector:
     timed_out: dict[int, set[int]] = field(default_factory=dict)
     #: a hang found without a rank, named later from the sequence numbers
     unnamed_hang: Detection | None = None
+    _steps_seen: int = 0
+    _median_at: int = -1
+    _median: float = 0.0
 
     def observe(self, ev: Event, ts: int) -> None:
         self.since_span += 1
@@ -113,6 +128,8 @@ class LivenessDetector:
             node = self.nodes[ev.node] = _Node()
         node.last_any = max(node.last_any, ts)
         if isinstance(ev, HeartbeatEvent):
+            if ts > node.last_heartbeat >= 0:
+                node.gaps.append((ts - node.last_heartbeat) / S)
             node.last_heartbeat = max(node.last_heartbeat, ts)
             node.interval_s = ev.payload.interval_s
         elif isinstance(ev, SpanEvent) and ev.rank is not None:
@@ -126,6 +143,7 @@ class LivenessDetector:
                     self.coll_seq[ev.rank] = seq
             elif p.phase == "step":
                 self.step_times.append(p.duration_s)
+                self._steps_seen += 1
                 if ts > self.last_progress_ts:
                     self.last_progress_ts = ts
                     self.hang_flagged = False  # progress resumed: re-arm
@@ -168,7 +186,7 @@ class LivenessDetector:
 
     def timeout_ns(self) -> int:
         cfg = self.config
-        med = statistics.median(self.step_times) if self.step_times else cfg.min_timeout_s
+        med = self._median_step_s() if self.step_times else cfg.min_timeout_s
         return int(min(cfg.max_timeout_s, max(cfg.min_timeout_s, cfg.timeout_factor * med)) * S)
 
     def advance(self, now_ts: int, emitted_ns: int, check_nodes: bool = True) -> list[Detection]:
@@ -318,15 +336,16 @@ class LivenessDetector:
         if node.last_any < 0:
             return ""
         cfg = self.config
-        limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
-        hb_limit = int(max(cfg.min_silence_s, cfg.collector_silence_factor * node.interval_s) * S)
-        silent_all = now_ts - node.last_any > limit
+        limit = self._limit(node)
+        hb_limit = int(max(cfg.min_silence_s, cfg.collector_silence_factor * node.cadence_s()) * S)
+        spans_overdue = node.last_span < 0 or now_ts - node.last_span > self._span_limit()
+        silent_all = now_ts - node.last_any > limit and spans_overdue
         silent_hb = (
-            node.last_heartbeat >= 0
+            bool(node.gaps)  # two heartbeats: its cadence is known
             and now_ts - node.last_heartbeat > hb_limit
             # its ranks kept reporting well after the last heartbeat: the node is up
             and node.last_span - node.last_heartbeat > limit
-            and now_ts - node.last_span < limit
+            and not spans_overdue
         )
         state = "node_unresponsive" if silent_all else "collector_silent" if silent_hb else ""
         since_any = node.last_any if silent_all else node.last_heartbeat
@@ -334,11 +353,28 @@ class LivenessDetector:
             state = ""  # it went quiet after the job failed or ended: a consequence
         return state
 
+    def _limit(self, node: _Node) -> int:
+        """Silence (ns) after which the node's heartbeats are overdue, by its own cadence."""
+        cfg = self.config
+        return int(max(cfg.min_silence_s, cfg.silence_factor * node.cadence_s()) * S)
+
+    def _span_limit(self) -> int:
+        """Silence (ns) after which a node's spans are overdue: ranks report once per step."""
+        cfg = self.config
+        return int(max(cfg.min_silence_s, cfg.silence_factor * self._median_step_s()) * S)
+
+    def _median_step_s(self) -> float:
+        """The job's recent median step time (recomputed only after new step spans: a
+        4,096-rank job reads thousands of events between two node checks)."""
+        if self._median_at != self._steps_seen:
+            self._median_at = self._steps_seen
+            self._median = statistics.median(self.step_times) if self.step_times else 0.0
+        return self._median
+
     def _node(
         self, name: str, node: _Node, state: str, now_ts: int, emitted_ns: int
     ) -> list[Detection]:
-        cfg = self.config
-        limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
+        limit = self._limit(node)
         if state == node.flagged:
             return []
         node.flagged = state
@@ -367,7 +403,11 @@ class LivenessDetector:
                 detected_ts=now_ts,
                 emitted_ts=emitted_ns,
                 summary=summary,
-                evidence=[f"heartbeat interval {node.interval_s:g}s"],
+                evidence=[
+                    f"heartbeat interval {node.interval_s:g}s declared, "
+                    f"{node.cadence_s():.3g}s observed",
+                    f"median step time {self._median_step_s():.3g}s",
+                ],
                 details={"silent_s": round((now_ts - since) / S, 3)},
             )
         ]
