@@ -18,6 +18,7 @@ from rankscope.simulation.faults import (
     InputStraggler,
     Noise,
     ThermalStraggler,
+    scenario_suite,
     simulate_with_faults,
 )
 from rankscope.streams.analysis.job import JobAnalyzer
@@ -241,3 +242,25 @@ def test_config_drift_is_classified_from_the_node_pattern(
     assert found == [("config_drift", label.node, None)]
     (det,) = dets.values()
     assert abs(det.score - slowdown) < 0.02
+
+
+def test_no_free_floating_hang_row_next_to_an_incident_that_names_the_cause() -> None:
+    """The suite's gpu_fell_off_bus/s0: on main the detections held a hang with no node and no
+    rank beside the XID incident on node000/7. The hang is a symptom of that cascade: folded."""
+    case = next(c for c in scenario_suite(64, [0]) if c.name == "gpu_fell_off_bus/s0")
+    events, labels = simulate_with_faults(case.config, case.faults)
+    dets, incs = _analyse_all(case.config.job_id, events)
+    assert [(i.cause_class, i.node, i.rank) for i in incs.values()] == [
+        ("gpu_xid", labels[0].node, labels[0].rank)
+    ]
+    assert [d for d in dets.values() if not d.node and d.rank is None] == []
+
+
+def test_a_hang_nothing_explains_keeps_its_job_level_row() -> None:
+    """A desync whose watchdog never fires within the log (600 s timeout, 30 s of telemetry):
+    no incident names a rank, so the job-level hang stays a row of its own."""
+    events = [e for e in hang_at_watchdog(600) if e.kind not in {"comm_event", "scheduler_event"}]
+    events = [e for e in events if e.ts < min(x.ts for x in events) + 40 * S]
+    dets, incs = _analyse(events)
+    assert [(d.detection_type, d.node, d.rank) for d in dets.values()] == [("hang", "", None)]
+    assert [(i.cause_class, i.node, i.rank) for i in incs.values()] == [("hang", "", None)]
