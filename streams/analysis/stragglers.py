@@ -261,10 +261,14 @@ class StragglerDetector:
         stayed far above the median while the rank's compute is above it."""
         cfg = self.config
         n = len(tr.suspect)
+        slow = sum(tr.suspect) / n >= cfg.min_share
+        slow_input = sum(tr.data_suspect) / n >= cfg.min_share
+        if not (slow or slow_input):
+            return False  # the common case: no median per rank and step
         median_ratio = statistics.median(tr.ratios)
-        if sum(tr.suspect) / n >= cfg.min_share and median_ratio >= window_ratio:
+        if slow and median_ratio >= window_ratio:
             return True
-        return sum(tr.data_suspect) / n >= cfg.min_share and median_ratio >= cfg.compute_ratio
+        return slow_input and median_ratio >= cfg.compute_ratio
 
     def _classify(self, rank: int, tr: _RankTrack) -> tuple[StragglerClass, list[str]]:
         cfg = self.config
