@@ -6,6 +6,13 @@ corrected timestamp seen), never the worker's clock, and the detectors run at po
 event sequence itself (every ``step_events`` events or ``step_s`` of event time), not at the
 record or fetch boundaries the worker happened to read: the same partition gives the same
 detections and incidents, read live, behind, in bulk or replayed.
+
+Quiet detections tables (issue 20): a finding is attributed to a node, rank or GPU, or folded
+into the incident that explains it. A hang that names no rank ("the collective itself is stuck")
+is held until the attributor's next incident, which the hang's note opens or joins within its
+settling time: when that incident names a cause on a node or rank, the hang is one of its
+symptoms and is not a row of its own; when it names none, the hang row is published. Both
+sides are decided in event time, so the choice is the same live and in replay.
 """
 
 from __future__ import annotations
@@ -70,6 +77,10 @@ class JobAnalyzer:
         self._stepped_lead = -(2**62)  # the buffer's newest event time at the last step
         self._detections: list[Detection] = []
         self._incidents: list[Incident] = []
+        #: job-level hangs waiting for the incident that may explain them
+        self._held: list[Detection] = []
+        #: job-level hangs folded into an incident naming the cause (not published)
+        self.folded_hangs = 0
 
     def observe(self, ev: Event) -> None:
         """Buffer one event (detectors see events in event-time order, ``reorder``); run the
@@ -127,8 +138,13 @@ class JobAnalyzer:
         for ev, ts in self.buffer.drain():
             self._process(ev, ts)
         self._step()
-        more = self.rootcause.flush(self.event_time if self.event_time >= 0 else None)
-        self._incidents.extend(self._with_offsets(more))
+        more = self._with_offsets(
+            self.rootcause.flush(self.event_time if self.event_time >= 0 else None)
+        )
+        self._fold(more)
+        self._incidents.extend(more)
+        self._detections.extend(self._held)  # no incident came: the hang stands on its own
+        self._held = []
         return self.take()
 
     def _with_offsets(self, incidents: list[Incident]) -> list[Incident]:
@@ -162,8 +178,25 @@ class JobAnalyzer:
             for det in self.liveness.advance(self.event_time, now, check_nodes=aligned):
                 detections.append(det)
                 if det.detection_type == "hang":
-                    self.rootcause.note_hang(det.rank, det.node, det.onset_ts, None)
+                    seq = det.details.get("seq")
+                    seq = seq if isinstance(seq, int) else None
+                    self.rootcause.note_hang(det.rank, det.node, det.onset_ts, seq)
+                    if det.rank is None and not det.node:
+                        detections.pop()
+                        self._held.append(det)
                 elif det.detection_type == "node_unresponsive":
                     self.rootcause.note_node_unresponsive(det.node, det.onset_ts)
         if self.event_time >= 0:
-            self._incidents.extend(self._with_offsets(self.rootcause.advance(self.event_time)))
+            incidents = self._with_offsets(self.rootcause.advance(self.event_time))
+            self._fold(incidents)
+            self._incidents.extend(incidents)
+
+    def _fold(self, incidents: list[Incident]) -> None:
+        """Settle the held job-level hangs against the incidents just attributed."""
+        if not self._held or not incidents:
+            return
+        if any(i.node or i.rank is not None for i in incidents):
+            self.folded_hangs += len(self._held)  # a symptom of the named cause
+        else:
+            self._detections.extend(self._held)
+        self._held = []

@@ -4,12 +4,19 @@
 timeout (``timeout_factor`` x the recent median step time, clamped to [min, max]), the job is
 hung. The rank everyone waits on is the one that never entered the collective: the others have
 finished their compute phases of step N (their data/forward/backward/optimizer spans arrived),
-while it is still at N-1.
+while it is still at N-1. When the compute phases cannot tell (every rank finished them, and one
+never started collective N: a desync), the hang is named again once the watchdog fires, whatever
+its timeout (10 s in the suite, 600 s in production): the ranks that time out name SeqNum N, and
+the awaited rank is the one that did not, its last completed collective seq behind N.
 
 **Silent node.** Every node sends heartbeats. A node from which *nothing* has arrived for
 ``silence_factor`` heartbeat intervals while the rest of the job keeps going is unresponsive. If
 its heartbeats stop but its ranks' spans keep arriving, the node is alive and only the collector
 is dead: that is reported differently, because the remedy differs (restart the agent, not the job).
+Each stream is judged by its own cadence (issue 20): heartbeats by the node's interval, declared
+or observed (an agent whose loop runs late delivers slower than it declares), spans by the job's
+step time (ranks report once per step; with 10 s steps a 7 s gap is normal). A node is
+unresponsive only when both streams are overdue, its collector silent when only heartbeats are.
 
 Time is the job's event time (corrected), so a replay gives the same answers as live operation.
 """
@@ -23,7 +30,13 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from rankscope.schemas.derived import Detection
-from rankscope.schemas.events import Event, HeartbeatEvent, SchedulerEventEvent, SpanEvent
+from rankscope.schemas.events import (
+    CommEventEvent,
+    Event,
+    HeartbeatEvent,
+    SchedulerEventEvent,
+    SpanEvent,
+)
 from rankscope.streams.analysis.steps import COMPUTE_PHASES
 
 S = 1_000_000_000
@@ -64,6 +77,14 @@ class _Node:
     last_span: int = -1
     interval_s: float = 5.0
     flagged: str = ""  # "", "node_unresponsive", "collector_silent"
+    #: recent gaps between its heartbeats (s): the cadence it really delivers
+    gaps: deque[float] = field(default_factory=lambda: deque(maxlen=8))
+
+    def cadence_s(self) -> float:
+        """The heartbeat interval to judge this node by: declared, or observed when longer."""
+        if self.gaps:
+            return max(self.interval_s, statistics.median(self.gaps))
+        return self.interval_s
 
 
 @dataclass
@@ -87,6 +108,15 @@ class LivenessDetector:
     first_ts: int = -1
     node_check_ns: int = 250_000_000
     _nodes_checked_ts: int = -(2**62)
+    #: last completed collective sequence number per rank (span attribute ``collective.seq``)
+    coll_seq: dict[int, int] = field(default_factory=dict)
+    #: watchdog timeouts: collective seq -> ranks that reported timing out in it
+    timed_out: dict[int, set[int]] = field(default_factory=dict)
+    #: a hang found without a rank, named later from the sequence numbers
+    unnamed_hang: Detection | None = None
+    _steps_seen: int = 0
+    _median_at: int = -1
+    _median: float = 0.0
 
     def observe(self, ev: Event, ts: int) -> None:
         self.since_span += 1
@@ -98,6 +128,8 @@ class LivenessDetector:
             node = self.nodes[ev.node] = _Node()
         node.last_any = max(node.last_any, ts)
         if isinstance(ev, HeartbeatEvent):
+            if ts > node.last_heartbeat >= 0:
+                node.gaps.append((ts - node.last_heartbeat) / S)
             node.last_heartbeat = max(node.last_heartbeat, ts)
             node.interval_s = ev.payload.interval_s
         elif isinstance(ev, SpanEvent) and ev.rank is not None:
@@ -105,11 +137,17 @@ class LivenessDetector:
             node.last_span = max(node.last_span, ts)
             p = ev.payload
             self.rank_node[ev.rank] = ev.node
-            if p.phase == "step":
+            if p.phase == "collective":
+                seq = p.attributes.get("collective.seq")
+                if isinstance(seq, int) and seq > self.coll_seq.get(ev.rank, -1):
+                    self.coll_seq[ev.rank] = seq
+            elif p.phase == "step":
                 self.step_times.append(p.duration_s)
+                self._steps_seen += 1
                 if ts > self.last_progress_ts:
                     self.last_progress_ts = ts
                     self.hang_flagged = False  # progress resumed: re-arm
+                    self.unnamed_hang = None
             elif p.phase in COMPUTE_PHASES and p.step is not None:
                 pos = (p.step, _PHASE_ORDER[p.phase])
                 if pos > self.rank_step.get(ev.rank, (-1, -1)):
@@ -118,6 +156,14 @@ class LivenessDetector:
                 self._end(ts)
         elif isinstance(ev, SchedulerEventEvent) and ev.payload.event_type in _TERMINAL:
             self._end(ts)
+        elif (
+            isinstance(ev, CommEventEvent)
+            and ev.payload.event_type == "watchdog_timeout"
+            and ev.payload.seq is not None
+            and ev.rank is not None
+        ):
+            self.timed_out.setdefault(ev.payload.seq, set()).add(ev.rank)
+            self.rank_node.setdefault(ev.rank, ev.node)
 
     def _end(self, ts: int) -> None:
         if self.ended_ts < 0 or ts < self.ended_ts:
@@ -140,7 +186,7 @@ class LivenessDetector:
 
     def timeout_ns(self) -> int:
         cfg = self.config
-        med = statistics.median(self.step_times) if self.step_times else cfg.min_timeout_s
+        med = self._median_step_s() if self.step_times else cfg.min_timeout_s
         return int(min(cfg.max_timeout_s, max(cfg.min_timeout_s, cfg.timeout_factor * med)) * S)
 
     def advance(self, now_ts: int, emitted_ns: int, check_nodes: bool = True) -> list[Detection]:
@@ -158,7 +204,14 @@ class LivenessDetector:
             and self._before_end(self.last_progress_ts + timeout)
         ):
             self.hang_flagged = True
-            out.append(self._hang(now_ts, emitted_ns))
+            hang = self._hang(now_ts, emitted_ns)
+            self.unnamed_hang = hang if hang.rank is None and not hang.node else None
+            out.append(hang)
+        if self.unnamed_hang is not None and self.timed_out:
+            named = self._named_by_seq(self.unnamed_hang, now_ts)
+            if named is not None:
+                self.unnamed_hang = None
+                out.append(named)
         # node silences are seconds long: checking every ``node_check_s`` of event time is
         # enough, and keeps the O(nodes) scan off the per-record path of a 4,096-rank job
         if check_nodes and now_ts - self._nodes_checked_ts >= self.node_check_ns:
@@ -232,20 +285,67 @@ class LivenessDetector:
             details={"waited_s": round(waited_s, 3), "timeout_s": round(timeout_s, 3)},
         )
 
+    def awaited_by_seq(self) -> tuple[int, list[int]] | None:
+        """(seq N, the ranks that never entered it) once most ranks timed out in collective N."""
+        seq, reporters = max(self.timed_out.items(), key=lambda kv: (len(kv[1]), -kv[0]))
+        known = set(self.rank_node) | set(self.coll_seq)
+        if len(reporters) < len(known) / 2:
+            return None
+        awaited = sorted(r for r in known - reporters if self.coll_seq.get(r, -1) < seq)
+        if not awaited or len(awaited) >= len(known) / 2:
+            return None
+        return seq, awaited
+
+    def _named_by_seq(self, hang: Detection, now_ts: int) -> Detection | None:
+        """The job-level ``hang`` again (same id: the table replaces it), naming the awaited
+        rank(s) from the watchdog's sequence numbers."""
+        found = self.awaited_by_seq()
+        if found is None:
+            return None
+        seq, awaited = found
+        nodes = sorted({self.rank_node.get(r, "") for r in awaited} - {""})
+        rank = awaited[0] if len(awaited) == 1 else None
+        node = nodes[0] if len(nodes) == 1 else ""
+        who = (
+            f"rank {rank} on {node}"
+            if rank is not None
+            else f"ranks {awaited[:8]}{'...' if len(awaited) > 8 else ''}"
+        )
+        reporters = len(self.timed_out[seq])
+        summary = (
+            f"job hung: no step completed after {(now_ts - hang.onset_ts) / S:.0f}s; {reporters} "
+            f"ranks timed out waiting in collective seq {seq} for {who}, which never entered it"
+        )
+        evidence = [
+            f"rank {r}: last completed collective seq {self.coll_seq.get(r, -1)}"
+            for r in awaited[:16]
+        ]
+        return hang.model_copy(
+            update={
+                "node": node,
+                "rank": rank,
+                "detected_ts": now_ts,  # when the rank became known
+                "summary": summary,
+                "evidence": [*hang.evidence, *evidence],
+                "details": {**hang.details, "seq": seq},
+            }
+        )
+
     def _state(self, node: _Node, now_ts: int) -> str:
         """The state of one node at ``now_ts``: node_unresponsive, collector_silent or none."""
         if node.last_any < 0:
             return ""
         cfg = self.config
-        limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
-        hb_limit = int(max(cfg.min_silence_s, cfg.collector_silence_factor * node.interval_s) * S)
-        silent_all = now_ts - node.last_any > limit
+        limit = self._limit(node)
+        hb_limit = int(max(cfg.min_silence_s, cfg.collector_silence_factor * node.cadence_s()) * S)
+        spans_overdue = node.last_span < 0 or now_ts - node.last_span > self._span_limit()
+        silent_all = now_ts - node.last_any > limit and spans_overdue
         silent_hb = (
-            node.last_heartbeat >= 0
+            bool(node.gaps)  # two heartbeats: its cadence is known
             and now_ts - node.last_heartbeat > hb_limit
             # its ranks kept reporting well after the last heartbeat: the node is up
             and node.last_span - node.last_heartbeat > limit
-            and now_ts - node.last_span < limit
+            and not spans_overdue
         )
         state = "node_unresponsive" if silent_all else "collector_silent" if silent_hb else ""
         since_any = node.last_any if silent_all else node.last_heartbeat
@@ -253,11 +353,28 @@ class LivenessDetector:
             state = ""  # it went quiet after the job failed or ended: a consequence
         return state
 
+    def _limit(self, node: _Node) -> int:
+        """Silence (ns) after which the node's heartbeats are overdue, by its own cadence."""
+        cfg = self.config
+        return int(max(cfg.min_silence_s, cfg.silence_factor * node.cadence_s()) * S)
+
+    def _span_limit(self) -> int:
+        """Silence (ns) after which a node's spans are overdue: ranks report once per step."""
+        cfg = self.config
+        return int(max(cfg.min_silence_s, cfg.silence_factor * self._median_step_s()) * S)
+
+    def _median_step_s(self) -> float:
+        """The job's recent median step time (recomputed only after new step spans: a
+        4,096-rank job reads thousands of events between two node checks)."""
+        if self._median_at != self._steps_seen:
+            self._median_at = self._steps_seen
+            self._median = statistics.median(self.step_times) if self.step_times else 0.0
+        return self._median
+
     def _node(
         self, name: str, node: _Node, state: str, now_ts: int, emitted_ns: int
     ) -> list[Detection]:
-        cfg = self.config
-        limit = int(max(cfg.min_silence_s, cfg.silence_factor * node.interval_s) * S)
+        limit = self._limit(node)
         if state == node.flagged:
             return []
         node.flagged = state
@@ -286,7 +403,11 @@ class LivenessDetector:
                 detected_ts=now_ts,
                 emitted_ts=emitted_ns,
                 summary=summary,
-                evidence=[f"heartbeat interval {node.interval_s:g}s"],
+                evidence=[
+                    f"heartbeat interval {node.interval_s:g}s declared, "
+                    f"{node.cadence_s():.3g}s observed",
+                    f"median step time {self._median_step_s():.3g}s",
+                ],
                 details={"silent_s": round((now_ts - since) / S, 3)},
             )
         ]

@@ -72,6 +72,13 @@ def attribute(c: Cascade, cands: list[Rec], job: JobView) -> tuple[Incident, boo
         primary = c.primary = scored[0][1]
         c.attributed_ts = max(c.attributed_ts, job.now)
         reattributed = True
+    elif (refined := _named_hang(primary, scored)) is not None:
+        # a job-level stall ("the collective is stuck") whose awaited rank became known from
+        # the collective sequence numbers (the others' watchdog timeouts name seq N, this
+        # rank never entered it): the same cause, now on the rank (issue 20)
+        primary = c.primary = refined
+        c.attributed_ts = max(c.attributed_ts, job.now)
+        reattributed = True
     if not c.incident_id:
         c.incident_id = f"{job.cluster}/{job.job_id}/{primary.ts}"
     fault_nodes = {primary.node} if primary.cause in NODE_KILLERS and primary.node else set()
@@ -162,6 +169,13 @@ def silent_nodes(c: Cascade, explicit: list[Rec], job: JobView) -> list[Rec]:
         if not job.scorer.explained(rec, explicit):
             out.append(rec)
     return out
+
+
+def _named_hang(primary: Rec, scored: list[tuple[float, Rec]]) -> Rec | None:
+    """The best-scored hang on a rank, when the primary is a hang of the whole job."""
+    if primary.cause != "hang" or primary.rank is not None or primary.node:
+        return None
+    return next((r for _, r in scored if r.cause == "hang" and r.rank is not None), None)
 
 
 def silent_ranks(
