@@ -1,0 +1,174 @@
+"""The sweep's report: the per-axis table on the console, the JSON file, a plot per axis, and
+every miss named with its run and put in a class.
+
+Why a module of its own: :mod:`rankscope.evaluation_sweep` plans and scores runs; this turns
+the outcomes into what a reader (and the engineer fixing a detector class) looks at.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rankscope.evaluation_sweep import (
+    SweepOutcome,
+    SweepRun,
+    axis_table,
+    misses,
+    plan_sweep,
+    run_by_name,
+    run_sweep,
+    time_to_detect,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["miss_class", "run_and_report", "select_runs", "sweep_report", "write_sweep"]
+
+#: the classes of misses issue 20 names (the detectors fix them), then everything else
+MISS_CLASSES = (
+    "hang_without_rank",
+    "drift_as_compute_straggler",
+    "collector_silent",
+    "straggler_on_noise",
+    "free_floating_hang",
+    "other",
+)
+
+
+def miss_class(miss: dict[str, Any]) -> str:
+    """Which class of issue 20 a miss falls in (by what was expected and what was found)."""
+    found, expected = str(miss["found"]), str(miss["expected"])
+    if "collector_silent" in found:
+        return "collector_silent"
+    if miss["scenario"] in ("hang", "hang_abort") and expected.startswith("hang") and miss["wrong"]:
+        return "hang_without_rank"
+    if "config_drift" in expected and "straggler:compute" in found:
+        return "drift_as_compute_straggler"
+    if expected.startswith("none") and "straggler:" in found:
+        return "straggler_on_noise"
+    if "hang:@" in found and "/-1" in found.split("hang:@", 1)[1].split(";", 1)[0]:
+        return "free_floating_hang"
+    return "other"
+
+
+def select_runs(
+    seeds: int,
+    quick: bool,
+    axes: Sequence[str] = (),
+    only: Sequence[str] = (),
+    large_seeds: int | None = None,
+) -> list[SweepRun]:
+    """The planned runs, or only those named (``--sweep-run``); unknown names are an error."""
+    if only:
+        return [run_by_name(n) for n in only]
+    return plan_sweep(seeds, quick=quick, axes=axes, large_seeds=large_seeds)
+
+
+def sweep_report(
+    outcomes: Sequence[SweepOutcome], params: dict[str, Any], wall_s: float
+) -> dict[str, Any]:
+    """Everything the JSON file holds."""
+    rows = axis_table(outcomes)
+    miss = misses(outcomes)
+    for m in miss:
+        m["class"] = miss_class(m)
+    faulted = [o for o in outcomes if not o.noise]
+    noise = [o for o in outcomes if o.noise]
+    return {
+        "what": "rankscope eval --sweep: the fault catalogue across job shapes, each run through "
+        "the worker's in-process analysis (one JobAnalyzer per job), scored by score_findings; "
+        "detect_s in event time from the fault's onset (root cause: first right attribution)",
+        "params": params,
+        "totals": {
+            "runs": len(outcomes),
+            "faulted_runs": len(faulted),
+            "right": sum(o.correct for o in faulted),
+            "right_pct": round(100 * sum(o.correct for o in faulted) / len(faulted), 2)
+            if faulted
+            else None,
+            "noise_runs": len(noise),
+            "noise_detections": sum(o.detections for o in noise),
+            "false_positives": sum(o.false_positives for o in outcomes),
+            "fp_per_100_runs": round(
+                100 * sum(o.false_positives for o in outcomes) / max(1, len(outcomes)), 2
+            ),
+            "events": sum(o.events for o in outcomes),
+            "wall_s": round(wall_s, 1),
+        },
+        "axes": rows,
+        "time_to_detect_600s_timeout": time_to_detect(outcomes),
+        "time_to_detect_by_timeout": {
+            f"{v:g}": time_to_detect(outcomes, "nccl_timeout_s", v)
+            for v in sorted({o.value for o in outcomes if o.axis == "nccl_timeout_s"})
+        },
+        "misses_by_class": dict(Counter(m["class"] for m in miss)),
+        "misses": miss,
+        "runs": [o.model_dump() for o in outcomes],
+    }
+
+
+def write_sweep(report: dict[str, Any], out: Path, plots: bool = True) -> list[Path]:
+    """The JSON file, and a PNG per axis next to it (``<stem>-<axis>.png``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
+    if not plots:
+        return [out]
+    from rankscope.plots import draw_sweep_axis
+
+    axes = sorted({r["axis"] for r in report["axes"]})
+    return [out] + [
+        draw_sweep_axis(report["axes"], a, out.with_name(f"{out.stem}-{a}.png")) for a in axes
+    ]
+
+
+def run_and_report(
+    runs: Sequence[SweepRun],
+    params: dict[str, Any],
+    out: Path,
+    console: Console,
+    processes: int = 2,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Run, print the per-axis table and every miss (with its replay command), write the files."""
+    from rich.table import Table
+
+    t0 = time.monotonic()
+    with console.status(f"sweep: {len(runs)} runs on {processes} processes"):
+        outcomes = run_sweep(runs, processes)
+    report = sweep_report(outcomes, params, time.monotonic() - t0)
+    table = Table(title=f"rankscope eval --sweep: {len(outcomes)} runs")
+    for col in ("axis", "value", "runs", "right %", "FP/100", "noise dets", "median detect s"):
+        table.add_column(col)
+    for r in report["axes"]:
+        table.add_row(
+            r["axis"],
+            f"{r['value']:g}",
+            str(r["runs"]),
+            ""
+            if r["right_pct"] is None
+            else f"{r['right_pct']:.1f} ({r['right']}/{r['faulted_runs']})",
+            f"{r['fp_per_100_runs']:.1f}",
+            str(r["noise_detections"]),
+            "" if r["median_detect_s"] is None else f"{r['median_detect_s']:.1f}",
+        )
+    console.print(table)
+    by_name = {r.name: r for r in runs}
+    for m in report["misses"]:
+        console.print(
+            f"[red]miss[/] [{m['class']}] {m['run']} (seed {m['seed']}): expected "
+            f"{m['expected']}; found {m['found'] or 'nothing'}; FP {m['false_positives']}\n"
+            f"  replay: {m['replay']}"
+        )
+        if len(runs) <= 8:  # a replay of named runs: show what was simulated
+            for job in by_name[m["run"]].jobs:
+                console.print_json(job.model_dump_json())
+    console.print_json(json.dumps(report["totals"]))
+    written = write_sweep(report, out, plots)
+    console.print(f"written: {', '.join(map(str, written))}")
+    return report
