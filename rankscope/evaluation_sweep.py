@@ -22,7 +22,7 @@ import random
 import re
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -490,16 +490,29 @@ def run_one(run: SweepRun) -> SweepOutcome:
     )
 
 
-def run_sweep(runs: Sequence[SweepRun], processes: int = 2) -> list[SweepOutcome]:
+def run_sweep(
+    runs: Sequence[SweepRun],
+    processes: int = 2,
+    on_done: Callable[[int, SweepOutcome], None] | None = None,
+) -> list[SweepOutcome]:
     """Every run, the costliest first, over ``processes`` worker processes (results in plan
-    order)."""
+    order); ``on_done(count, outcome)`` after each."""
     order = sorted(range(len(runs)), key=lambda k: -_cost(runs[k]))
+    done: dict[int, SweepOutcome] = {}
+
+    def record(k: int, o: SweepOutcome) -> None:
+        done[k] = o
+        if on_done is not None:
+            on_done(len(done), o)
+
     if processes <= 1 or len(runs) <= 1:
-        done = {k: run_one(runs[k]) for k in order}
+        for k in order:
+            record(k, run_one(runs[k]))
     else:
         with mp.get_context("spawn").Pool(processes) as pool:
             results = pool.imap(run_one, [runs[k] for k in order], chunksize=1)
-            done = dict(zip(order, results, strict=True))
+            for k, o in zip(order, results, strict=True):
+                record(k, o)
     return [done[k] for k in range(len(runs))]
 
 
@@ -552,8 +565,9 @@ def time_to_detect(
     outcomes: Sequence[SweepOutcome], axis: str = "nccl_timeout_s", value: float = 600.0
 ) -> dict[str, dict[str, Any]]:
     """Seconds of event time to detect per outcome class at one axis value (default: the
-    production 600 s NCCL timeout): n, median, p90, max, and the share within 15 s and 30 s
-    (Mycroft's and Holmes' bars)."""
+    production 600 s NCCL timeout): n, median, p90, max, and the shares within 15, 20 and 30 s
+    (Mycroft: anomalies within 15 s in 90 % of cases, root cause within 20 s in 60 %; Holmes:
+    localisation within 30.3 s)."""
     by: dict[str, list[float]] = {}
     for o in outcomes:
         if o.axis == axis and o.value == value:
@@ -566,6 +580,7 @@ def time_to_detect(
             "p90_s": round(_pct(xs, 0.9), 2),
             "max_s": round(max(xs), 2),
             "within_15s": round(sum(x <= 15 for x in xs) / len(xs), 3),
+            "within_20s": round(sum(x <= 20 for x in xs) / len(xs), 3),
             "within_30s": round(sum(x <= 30 for x in xs) / len(xs), 3),
         }
         for k, xs in sorted(by.items())

@@ -139,8 +139,17 @@ def run_and_report(
     from rich.table import Table
 
     t0 = time.monotonic()
-    with console.status(f"sweep: {len(runs)} runs on {processes} processes"):
-        outcomes = run_sweep(runs, processes)
+    with console.status(f"sweep: {len(runs)} runs on {processes} processes") as st:
+
+        def progress(n: int, o: SweepOutcome) -> None:
+            st.update(f"sweep: {n}/{len(runs)} runs done ({time.monotonic() - t0:.0f} s)")
+            if n % 50 == 0 or not o.correct or o.false_positives:
+                console.print(
+                    f"{n}/{len(runs)} {time.monotonic() - t0:.0f}s {o.name} "
+                    f"right={o.correct} fp={o.false_positives} {o.wall_s}s"
+                )
+
+        outcomes = run_sweep(runs, processes, progress)
     report = sweep_report(outcomes, params, time.monotonic() - t0)
     table = Table(title=f"rankscope eval --sweep: {len(outcomes)} runs")
     for col in ("axis", "value", "runs", "right %", "FP/100", "noise dets", "median detect s"):
