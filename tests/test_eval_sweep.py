@@ -21,6 +21,7 @@ from rankscope.evaluation_sweep import (
     score_job,
     time_to_detect,
 )
+from rankscope.evaluation_sweep_pipeline import pipeline_sample
 from rankscope.evaluation_sweep_report import miss_class, sweep_report, write_sweep
 from rankscope.simulation.config import SimulationConfig
 from rankscope.simulation.faults import FaultLabel, scenario_suite
@@ -191,3 +192,14 @@ def test_the_cli_replays_a_named_run_and_refuses_an_unknown_one(tmp_path: Path) 
     bad = CliRunner().invoke(app, ["eval", "--sweep", "--sweep-run", "jitter=0.15/nope/0"])
     assert bad.exit_code == 2
     assert "not a sweep run name" in bad.output
+
+
+def test_the_pipeline_sample_spreads_over_axis_values_and_keeps_to_single_small_jobs() -> None:
+    runs = plan_sweep(1, large_seeds=1)
+    sample = pipeline_sample(runs, 40)
+    assert len(sample) == 40 and len({r.name for r in sample}) == 40
+    assert all(len(r.jobs) == 1 and r.jobs[0].config.ranks <= 256 for r in sample)
+    assert all(r.axis != "combination" for r in sample)
+    values = {(r.axis, r.value) for r in runs if r.axis != "combination"}
+    values -= {("ranks", 1024.0), ("ranks", 2048.0)}
+    assert {(r.axis, r.value) for r in sample} == values  # each value before any gets two
