@@ -77,6 +77,8 @@ DEFAULT_SHAPE: dict[str, Any] = {
     "nccl_timeout_s": 10.0,
 }
 DEFAULT_DURATION_S = 60.0
+LARGE_RANKS = 1024
+LARGE_DURATION_S = 30.0
 
 #: the catalogue's single-fault scenarios (the suite's order), as fresh specs
 _CATALOGUE: tuple[tuple[str, Fault], ...] = (
@@ -193,8 +195,11 @@ def _run_name(axis: str, value: float, scenario: str, index: int) -> str:
 def _config(name: str, seed: int, **shape: Any) -> SimulationConfig:
     fields = {**DEFAULT_SHAPE, **shape}
     step = float(fields["step_time_s"])
-    # the same number of steps at every step time (a straggler needs windows), >= 60 s
+    # the same number of steps at every step time (a straggler needs windows), >= 60 s; jobs of
+    # 1,024 ranks and more run 30 s (they cost 16-32x a 64-rank run; 30 s is still 6 windows)
     duration = max(DEFAULT_DURATION_S, 60.0 * step)
+    if int(fields["ranks"]) >= LARGE_RANKS:
+        duration = LARGE_DURATION_S
     return SimulationConfig(
         job_id=re.sub(r"[^A-Za-z0-9_.-]", "-", name),
         duration_s=duration,
@@ -319,7 +324,7 @@ def _axis_runs(
         return [make_run(axis, value, _MAGNITUDE_SCENARIO[axis], i) for i in range(reps)]
     catalogue = [s for s, _ in _CATALOGUE if not quick or s in _QUICK_SCENARIOS]
     n = seeds
-    if axis == "ranks" and value >= 1024 and large_seeds is not None:
+    if axis == "ranks" and value >= LARGE_RANKS and large_seeds is not None:
         n = large_seeds
     return [make_run(axis, value, s, i) for s in catalogue for i in range(n)]
 
