@@ -62,6 +62,7 @@ __all__ = [
     "run_seed",
     "run_sweep",
     "time_to_detect",
+    "unattributed",
 ]
 
 _NS = 1_000_000_000
@@ -536,7 +537,8 @@ def _pct(xs: Sequence[float], q: float) -> float:
 
 def axis_table(outcomes: Sequence[SweepOutcome]) -> list[dict[str, Any]]:
     """One row per (axis, value): runs, right %, false positives per 100 runs, detections on
-    noise runs, median seconds to detect (event time, every outcome class together)."""
+    noise runs, median seconds to detect (event time, every outcome class together), findings
+    attributed to no node or rank."""
     groups: dict[tuple[str, float], list[SweepOutcome]] = {}
     for o in outcomes:
         groups.setdefault((o.axis, o.value), []).append(o)
@@ -561,9 +563,17 @@ def axis_table(outcomes: Sequence[SweepOutcome]) -> list[dict[str, Any]]:
                 "noise_runs": len(noise),
                 "noise_detections": sum(o.detections for o in noise),
                 "median_detect_s": round(statistics.median(lat), 2) if lat else None,
+                "unattributed_findings": sum(unattributed(o.found) for o in group),
             }
         )
     return rows
+
+
+def unattributed(found: str) -> int:
+    """Findings about no node and no rank in a run's ``found`` (``kind:@/-1``): the
+    free-floating rows issue 20 wants folded into the incident that explains them. Scoring
+    cannot count them as false positives (they are about nothing, so about no other node)."""
+    return found.count("@/-1")
 
 
 def time_to_detect(

@@ -23,6 +23,7 @@ from rankscope.evaluation_sweep import (
     run_by_name,
     run_sweep,
     time_to_detect,
+    unattributed,
 )
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def miss_class(miss: dict[str, Any]) -> str:
         return "drift_as_compute_straggler"
     if expected.startswith("none") and "straggler:" in found:
         return "straggler_on_noise"
-    if "hang:@" in found and "/-1" in found.split("hang:@", 1)[1].split(";", 1)[0]:
+    if "hang:@/-1" in found:
         return "free_floating_hang"
     return "other"
 
@@ -98,6 +99,7 @@ def sweep_report(
             "fp_per_100_runs": round(
                 100 * sum(o.false_positives for o in outcomes) / max(1, len(outcomes)), 2
             ),
+            "unattributed_findings": sum(unattributed(o.found) for o in outcomes),
             "events": sum(o.events for o in outcomes),
             "wall_s": round(wall_s, 1),
         },
@@ -152,7 +154,17 @@ def run_and_report(
         outcomes = run_sweep(runs, processes, progress)
     report = sweep_report(outcomes, params, time.monotonic() - t0)
     table = Table(title=f"rankscope eval --sweep: {len(outcomes)} runs")
-    for col in ("axis", "value", "runs", "right %", "FP/100", "noise dets", "median detect s"):
+    cols = (
+        "axis",
+        "value",
+        "runs",
+        "right %",
+        "FP/100",
+        "noise dets",
+        "median detect s",
+        "unattr.",
+    )
+    for col in cols:
         table.add_column(col)
     for r in report["axes"]:
         table.add_row(
@@ -165,6 +177,7 @@ def run_and_report(
             f"{r['fp_per_100_runs']:.1f}",
             str(r["noise_detections"]),
             "" if r["median_detect_s"] is None else f"{r['median_detect_s']:.1f}",
+            str(r["unattributed_findings"]),
         )
     console.print(table)
     by_name = {r.name: r for r in runs}
@@ -180,4 +193,17 @@ def run_and_report(
     console.print_json(json.dumps(report["totals"]))
     written = write_sweep(report, out, plots)
     console.print(f"written: {', '.join(map(str, written))}")
+    return report
+
+
+def report_from_json(path: Path, out: Path | None = None) -> dict[str, Any]:
+    """Rebuild a sweep's report from the runs of its JSON file (after a change to the report,
+    e.g. a new miss class, without rerunning the sweep), and write it to ``out``."""
+    data = json.loads(path.read_text())
+    outcomes = [SweepOutcome.model_validate(r) for r in data["runs"]]
+    report = sweep_report(outcomes, data["params"], data["totals"]["wall_s"])
+    for key in ("through_pipeline",):
+        if key in data:
+            report[key] = data[key]
+    write_sweep(report, out or path)
     return report

@@ -20,9 +20,15 @@ from rankscope.evaluation_sweep import (
     run_sweep,
     score_job,
     time_to_detect,
+    unattributed,
 )
 from rankscope.evaluation_sweep_pipeline import pipeline_sample
-from rankscope.evaluation_sweep_report import miss_class, sweep_report, write_sweep
+from rankscope.evaluation_sweep_report import (
+    miss_class,
+    report_from_json,
+    sweep_report,
+    write_sweep,
+)
 from rankscope.simulation.config import SimulationConfig
 from rankscope.simulation.faults import FaultLabel, scenario_suite
 
@@ -37,6 +43,7 @@ _TABLE_KEYS = {
     "noise_runs",
     "noise_detections",
     "median_detect_s",
+    "unattributed_findings",
 }
 
 
@@ -143,6 +150,7 @@ def test_a_tiny_sweep_gives_a_row_per_axis_value_and_replays_a_run_from_its_name
     written = write_sweep(report, tmp_path / "sweep.json")
     assert json.loads(written[0].read_text())["totals"]["runs"] == len(runs)
     assert {p.name for p in written[1:]} == {f"sweep-{r['axis']}.png" for r in rows}
+    assert report_from_json(written[0], tmp_path / "again.json")["axes"] == report["axes"]
 
 
 def test_time_to_detect_per_outcome() -> None:
@@ -153,6 +161,11 @@ def test_time_to_detect_per_outcome() -> None:
     assert set(ttd) == {"straggler"} and ttd["straggler"]["n"] == 1
     assert ttd["straggler"]["median_s"] == ttd["straggler"]["max_s"] > 0
     assert time_to_detect(outcomes, "nccl_timeout_s", 10.0) == {}
+
+
+def test_findings_about_nothing_are_counted() -> None:
+    assert unattributed("hang:@/-1; incident:gpu_xid@node002/17") == 1
+    assert unattributed("hang:@node002/-1; straggler:thermal@node001/9") == 0
 
 
 def test_misses_fall_in_the_issue_classes() -> None:
@@ -172,7 +185,7 @@ def test_misses_fall_in_the_issue_classes() -> None:
         miss(
             "ecc_dbe",
             "root_cause:gpu_ecc@node1/3",
-            "hang:@node000/-1; incident:gpu_ecc@node1/3",
+            "hang:@/-1; incident:gpu_ecc@node1/3",
             False,
         )
         == "free_floating_hang"
