@@ -196,14 +196,17 @@ def run_and_report(
     return report
 
 
-def report_from_json(path: Path, out: Path | None = None) -> dict[str, Any]:
-    """Rebuild a sweep's report from the runs of its JSON file (after a change to the report,
-    e.g. a new miss class, without rerunning the sweep), and write it to ``out``."""
-    data = json.loads(path.read_text())
-    outcomes = [SweepOutcome.model_validate(r) for r in data["runs"]]
-    report = sweep_report(outcomes, data["params"], data["totals"]["wall_s"])
-    for key in ("through_pipeline",):
-        if key in data:
-            report[key] = data[key]
-    write_sweep(report, out or path)
+def report_from_json(paths: Sequence[Path], out: Path) -> dict[str, Any]:
+    """One report from the runs of one or more sweep JSON files (parts run one axis at a time,
+    or an old file after a change to the report, e.g. a new miss class), written to ``out``."""
+    outcomes: list[SweepOutcome] = []
+    params: list[Any] = []
+    wall = 0.0
+    for path in paths:
+        data = json.loads(path.read_text())
+        outcomes += [SweepOutcome.model_validate(r) for r in data["runs"]]
+        params.append(data["params"])
+        wall += data["totals"]["wall_s"]
+    report = sweep_report(outcomes, params[0] if len(params) == 1 else {"parts": params}, wall)
+    write_sweep(report, out)
     return report

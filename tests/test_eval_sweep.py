@@ -150,7 +150,7 @@ def test_a_tiny_sweep_gives_a_row_per_axis_value_and_replays_a_run_from_its_name
     written = write_sweep(report, tmp_path / "sweep.json")
     assert json.loads(written[0].read_text())["totals"]["runs"] == len(runs)
     assert {p.name for p in written[1:]} == {f"sweep-{r['axis']}.png" for r in rows}
-    assert report_from_json(written[0], tmp_path / "again.json")["axes"] == report["axes"]
+    assert report_from_json([written[0]], tmp_path / "again.json")["axes"] == report["axes"]
 
 
 def test_time_to_detect_per_outcome() -> None:
