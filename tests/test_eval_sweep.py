@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from rankscope.cli import app
 from rankscope.evaluation_sweep import (
     AXES,
+    SweepJob,
     axis_table,
     make_run,
     plan_sweep,
@@ -30,7 +31,7 @@ from rankscope.evaluation_sweep_report import (
     write_sweep,
 )
 from rankscope.simulation.config import SimulationConfig
-from rankscope.simulation.faults import FaultLabel, scenario_suite
+from rankscope.simulation.faults import FaultLabel, GpuFellOffBus, scenario_suite
 
 _TABLE_KEYS = {
     "axis",
@@ -216,3 +217,15 @@ def test_the_pipeline_sample_spreads_over_axis_values_and_keeps_to_single_small_
     values = {(r.axis, r.value) for r in runs if r.axis != "combination"}
     values -= {("ranks", 1024.0), ("ranks", 2048.0)}
     assert {(r.axis, r.value) for r in sample} == values  # each value before any gets two
+
+
+def test_a_run_that_cannot_be_simulated_is_a_named_miss_not_a_stopped_sweep() -> None:
+    good = make_run("jitter", 0.03, "noise", 0)
+    bad_job = SweepJob(
+        config=good.jobs[0].config.model_copy(update={"nccl_timeout_s": 1.0}),
+        faults=[GpuFellOffBus()],
+    )
+    bad = good.model_copy(update={"name": "broken", "jobs": [bad_job]})
+    outcome = run_one(bad)
+    assert not outcome.correct and not outcome.noise
+    assert outcome.found.startswith("error: ValueError: nccl_timeout_s must be >= 3 steps")
