@@ -138,6 +138,7 @@ def run_and_report(
     plots: bool = True,
 ) -> dict[str, Any]:
     """Run, print the per-axis table and every miss (with its replay command), write the files."""
+    from rich.markup import escape
     from rich.table import Table
 
     t0 = time.monotonic()
@@ -182,11 +183,12 @@ def run_and_report(
     console.print(table)
     by_name = {r.name: r for r in runs}
     for m in report["misses"]:
-        console.print(
-            f"[red]miss[/] [{m['class']}] {m['run']} (seed {m['seed']}): expected "
-            f"{m['expected']}; found {m['found'] or 'nothing'}; FP {m['false_positives']}\n"
+        line = (
+            f"[{m['class']}] {m['run']} (seed {m['seed']}): expected {m['expected']}; "
+            f"found {m['found'] or 'nothing'}; FP {m['false_positives']}\n"
             f"  replay: {m['replay']}"
         )
+        console.print(f"[red]miss[/] {escape(line)}")
         if len(runs) <= 8:  # a replay of named runs: show what was simulated
             for job in by_name[m["run"]].jobs:
                 console.print_json(job.model_dump_json())
