@@ -35,6 +35,7 @@ __all__ = ["miss_class", "run_and_report", "select_runs", "sweep_report", "write
 MISS_CLASSES = (
     "hang_without_rank",
     "drift_as_compute_straggler",
+    "drift_missed",
     "collector_silent",
     "straggler_on_noise",
     "free_floating_hang",
@@ -44,18 +45,20 @@ MISS_CLASSES = (
 
 def miss_class(miss: dict[str, Any]) -> str:
     """Which class of issue 20 a miss falls in (by what was expected and what was found)."""
-    found, expected = str(miss["found"]), str(miss["expected"])
-    if "collector_silent" in found:
-        return "collector_silent"
-    if miss["scenario"] in ("hang", "hang_abort") and expected.startswith("hang") and miss["wrong"]:
-        return "hang_without_rank"
-    if "config_drift" in expected and "straggler:compute" in found:
-        return "drift_as_compute_straggler"
-    if expected.startswith("none") and "straggler:" in found:
-        return "straggler_on_noise"
-    if "hang:@/-1" in found:
-        return "free_floating_hang"
-    return "other"
+    found, expected, wrong = str(miss["found"]), str(miss["expected"]), bool(miss["wrong"])
+    drift = "config_drift" in expected
+    rules = (
+        ("collector_silent", "collector_silent" in found),
+        (
+            "hang_without_rank",
+            miss["scenario"] in ("hang", "hang_abort") and expected.startswith("hang") and wrong,
+        ),
+        ("drift_as_compute_straggler", drift and "straggler:compute" in found),
+        ("drift_missed", drift and wrong and "config_drift" not in found),
+        ("straggler_on_noise", expected.startswith("none") and "straggler:" in found),
+        ("free_floating_hang", "hang:@/-1" in found),
+    )
+    return next((name for name, hit in rules if hit), "other")
 
 
 def select_runs(

@@ -180,6 +180,7 @@ def test_misses_fall_in_the_issue_classes() -> None:
         miss("config_drift", "straggler:config_drift@node002/None", "straggler:compute@node002/17")
         == "drift_as_compute_straggler"
     )
+    assert miss("config_drift", "straggler:config_drift@node002/None", "") == "drift_missed"
     assert miss("noise", "none:@/None", "collector_silent:@node003/-1") == "collector_silent"
     assert miss("noise", "none:@/None", "straggler:compute@node003/27") == "straggler_on_noise"
     assert (
