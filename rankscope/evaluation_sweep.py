@@ -119,10 +119,18 @@ AXES: dict[str, tuple[float, ...]] = {
     "thermal_slowdown": (1.1, 1.2, 1.4, 2.0),
     "input_factor": (2.0, 3.0, 10.0, 20.0),
     "drift_slowdown": (1.03, 1.05, 1.08, 1.12),
-    "combination": (1, 2),  # 1: straggler + terminal on another node; 2: two jobs, shared node
+    # 1: straggler + terminal on another node; 2: two jobs, shared node; 3 and 4: shapes that
+    # move several axes at once (_SHAPE_COMBINATIONS), the whole catalogue at each
+    "combination": (1, 2, 3, 4),
 }
 _SHAPE_AXES = ("nccl_timeout_s", "gpus_per_node", "step_time_s", "jitter", "ranks")
-_COMBINATIONS = {1: "straggler+terminal", 2: "shared_node"}
+_COMBINATIONS = {1: "straggler+terminal", 2: "shared_node", 3: "4gpn+2.5s", 4: "production"}
+#: the shape issue 20 saw collector_silent on (4 GPUs per node, 2.5 s steps), and that shape with
+#: the production watchdog timeout and 15 % jitter: one axis at a time cannot show what two do
+_SHAPE_COMBINATIONS: dict[int, dict[str, Any]] = {
+    3: {"gpus_per_node": 4, "step_time_s": 2.5},
+    4: {"gpus_per_node": 4, "step_time_s": 2.5, "jitter": 0.15, "nccl_timeout_s": 600.0},
+}
 #: --quick: a handful of values, few scenarios, small jobs
 _QUICK_AXES: dict[str, tuple[float, ...]] = {
     "nccl_timeout_s": (10.0,),
@@ -320,6 +328,12 @@ def _axis_runs(
     axis: str, value: float, seeds: int, quick: bool, large_seeds: int | None
 ) -> list[SweepRun]:
     reps = seeds if quick else seeds * _REPEAT
+    if axis == "combination" and int(value) in _SHAPE_COMBINATIONS:
+        return (
+            []
+            if quick
+            else [make_run(axis, value, s, i) for s, _ in _CATALOGUE for i in range(seeds)]
+        )
     if axis == "combination":
         scenarios = list(_TERMINAL) if int(value) == 1 else ["node_unresponsive", "ib_link_flap"]
         scenarios = scenarios[:1] if quick else scenarios
@@ -335,9 +349,12 @@ def _axis_runs(
 
 def make_run(axis: str, value: float, scenario: str, index: int) -> SweepRun:
     """The run at these coordinates (a pure function of them)."""
+    shape: dict[str, Any] = {}
+    if axis == "combination" and int(value) in _SHAPE_COMBINATIONS:
+        shape = _SHAPE_COMBINATIONS[int(value)]
+        return _single(axis, value, scenario, index, **shape)
     if axis == "combination":
         return _combination(int(value), scenario, index)
-    shape: dict[str, Any] = {}
     if axis in _SHAPE_AXES:
         shape[axis] = int(value) if axis in ("ranks", "gpus_per_node") else value
     return _single(axis, value, scenario, index, **shape)
