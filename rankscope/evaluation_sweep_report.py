@@ -108,6 +108,8 @@ def sweep_report(
         },
         "axes": rows,
         "time_to_detect_600s_timeout": time_to_detect(outcomes),
+        # combination 4: the 600 s timeout with 4 GPUs per node, 2.5 s steps and 15 % jitter
+        "time_to_detect_production_shape": time_to_detect(outcomes, "combination", 4.0),
         "time_to_detect_by_timeout": {
             f"{v:g}": time_to_detect(outcomes, "nccl_timeout_s", v)
             for v in sorted({o.value for o in outcomes if o.axis == "nccl_timeout_s"})
