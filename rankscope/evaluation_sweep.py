@@ -20,7 +20,6 @@ import hashlib
 import multiprocessing as mp
 import random
 import re
-import statistics
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -54,15 +53,12 @@ __all__ = [
     "SweepOutcome",
     "SweepRun",
     "analyse_job",
-    "axis_table",
     "make_run",
     "plan_sweep",
     "run_by_name",
     "run_one",
     "run_seed",
     "run_sweep",
-    "time_to_detect",
-    "unattributed",
 ]
 
 _NS = 1_000_000_000
@@ -551,98 +547,3 @@ def run_sweep(
 def _cost(run: SweepRun) -> float:
     """Rough events of a run: ranks x event-time length."""
     return sum(j.config.ranks * (j.config.duration_s + j.config.nccl_timeout_s) for j in run.jobs)
-
-
-# ===================================================================== tables
-
-
-def _pct(xs: Sequence[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
-
-
-def axis_table(outcomes: Sequence[SweepOutcome]) -> list[dict[str, Any]]:
-    """One row per (axis, value): runs, right %, false positives per 100 runs, detections on
-    noise runs, median seconds to detect (event time, every outcome class together), findings
-    attributed to no node or rank."""
-    groups: dict[tuple[str, float], list[SweepOutcome]] = {}
-    for o in outcomes:
-        groups.setdefault((o.axis, o.value), []).append(o)
-    rows = []
-    for (axis, value), group in groups.items():
-        faulted = [o for o in group if not o.noise]
-        noise = [o for o in group if o.noise]
-        lat = [s for o in faulted for s in o.detect_s.values()]
-        rows.append(
-            {
-                "axis": axis,
-                "value": value,
-                "runs": len(group),
-                "faulted_runs": len(faulted),
-                "right": sum(o.correct for o in faulted),
-                "right_pct": round(100 * sum(o.correct for o in faulted) / len(faulted), 1)
-                if faulted
-                else None,
-                "fp_per_100_runs": round(
-                    100 * sum(o.false_positives for o in group) / len(group), 1
-                ),
-                "noise_runs": len(noise),
-                "noise_detections": sum(o.detections for o in noise),
-                "median_detect_s": round(statistics.median(lat), 2) if lat else None,
-                "unattributed_findings": sum(unattributed(o.found) for o in group),
-            }
-        )
-    return rows
-
-
-def unattributed(found: str) -> int:
-    """Findings about no node and no rank in a run's ``found`` (``kind:@/-1``): the
-    free-floating rows issue 20 wants folded into the incident that explains them. Scoring
-    cannot count them as false positives (they are about nothing, so about no other node)."""
-    return found.count("@/-1")
-
-
-def time_to_detect(
-    outcomes: Sequence[SweepOutcome], axis: str = "nccl_timeout_s", value: float = 600.0
-) -> dict[str, dict[str, Any]]:
-    """Seconds of event time to detect per outcome class at one axis value (default: the
-    production 600 s NCCL timeout): n, median, p90, max, and the shares within 15, 20 and 30 s
-    (Mycroft: anomalies within 15 s in 90 % of cases, root cause within 20 s in 60 %; Holmes:
-    localisation within 30.3 s)."""
-    by: dict[str, list[float]] = {}
-    for o in outcomes:
-        if o.axis == axis and o.value == value:
-            for k, s in o.detect_s.items():
-                by.setdefault(k, []).append(s)
-    return {
-        k: {
-            "n": len(xs),
-            "median_s": round(statistics.median(xs), 2),
-            "p90_s": round(_pct(xs, 0.9), 2),
-            "max_s": round(max(xs), 2),
-            "within_15s": round(sum(x <= 15 for x in xs) / len(xs), 3),
-            "within_20s": round(sum(x <= 20 for x in xs) / len(xs), 3),
-            "within_30s": round(sum(x <= 30 for x in xs) / len(xs), 3),
-        }
-        for k, xs in sorted(by.items())
-    }
-
-
-def misses(outcomes: Sequence[SweepOutcome]) -> list[dict[str, Any]]:
-    """Every run that is wrong or has a false positive, with what to replay it by."""
-    return [
-        {
-            "run": o.name,
-            "axis": o.axis,
-            "value": o.value,
-            "scenario": o.scenario,
-            "seed": o.seed,
-            "wrong": not o.correct,
-            "false_positives": o.false_positives,
-            "expected": o.expected,
-            "found": o.found,
-            "replay": f"rankscope eval --sweep --sweep-run '{o.name}'",
-        }
-        for o in outcomes
-        if not o.correct or o.false_positives
-    ]

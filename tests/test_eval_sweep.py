@@ -12,7 +12,6 @@ from rankscope.cli import app
 from rankscope.evaluation_sweep import (
     AXES,
     SweepJob,
-    axis_table,
     make_run,
     plan_sweep,
     run_by_name,
@@ -20,14 +19,15 @@ from rankscope.evaluation_sweep import (
     run_seed,
     run_sweep,
     score_job,
-    time_to_detect,
-    unattributed,
 )
 from rankscope.evaluation_sweep_pipeline import pipeline_sample
 from rankscope.evaluation_sweep_report import (
+    axis_table,
     miss_class,
     report_from_json,
     sweep_report,
+    time_to_detect,
+    unattributed,
     write_sweep,
 )
 from rankscope.simulation.config import SimulationConfig
