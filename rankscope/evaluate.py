@@ -346,14 +346,17 @@ def run_eval(
     speed: float = 0.0,
     variants: Iterable[str] = (),
     workers: int = 1,
+    cases: list[SuiteCase] | None = None,
 ) -> EvalReport:
-    """Simulate, publish, process, store, score."""
+    """Simulate, publish, process, store, score (``cases``: these runs instead of the suite's;
+    the first label of each is scored)."""
     from rich.table import Table
 
     from rankscope.stack import local_stack
 
     t0 = time.monotonic()
-    cases = suite(ranks, seeds, duration_s, variants)
+    if cases is None:
+        cases = suite(ranks, seeds, duration_s, variants)
     if not cases:
         raise ValueError(f"no suite case matches {sorted(variants)}")
     # Every run of the suite fails at about the same time, which is exactly what the fleet

@@ -132,3 +132,40 @@ def _lanes(rows: list[dict[str, Any]], lane: Callable[[dict[str, Any]], str]) ->
         return {role: i for i, role in enumerate(x for x in _ROLE_STYLE if x in present)}
     order = sorted(present, key=lambda s: (s.split(" ")[0], len(s), s))
     return {name: i for i, name in enumerate(order)}
+
+
+def draw_sweep_axis(rows: list[dict[str, Any]], axis: str, path: Path) -> Path:
+    """One axis of ``rankscope eval --sweep`` (rows of ``axis_table``) as a PNG: right % of the
+    faulted runs per value (bars) and false positives per 100 runs (line), so a value where a
+    detector breaks stands out."""
+    rows = sorted((r for r in rows if r["axis"] == axis), key=lambda r: float(r["value"]))
+    labels = [f"{r['value']:g}" for r in rows]
+    x = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.5), dpi=110)
+    right = [float("nan") if r["right_pct"] is None else float(r["right_pct"]) for r in rows]
+    bars = ax.bar(x, right, color="#2da44e", label="right % (faulted runs)")
+    for b, r in zip(bars, rows, strict=True):
+        ax.annotate(
+            f"{r['right']}/{r['faulted_runs']}",
+            (b.get_x() + b.get_width() / 2, b.get_height()),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            fontsize=7,
+        )
+    ax.axhline(97, color="#57606a", linewidth=0.8, linestyle="--", label="97 % bar")
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("right %")
+    ax.set_xticks(x, labels)
+    ax.set_xlabel(axis)
+    fp = ax.twinx()
+    fp.plot(x, [r["fp_per_100_runs"] for r in rows], color="#d1242f", marker="o", label="FP/100")
+    fp.set_ylabel("false positives per 100 runs", color="#d1242f")
+    fp.set_ylim(0, max(5.0, 1.2 * max(r["fp_per_100_runs"] for r in rows)))
+    ax.set_title(f"rankscope eval --sweep: {axis}")
+    fig.legend(loc="lower left", fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -44,6 +44,13 @@ class SimulationConfig(BaseModel):
     hcas_per_node: int = Field(
         default=8, ge=1, le=64, description="IB HCAs per node (rail-optimised: GPU i -> HCA i)."
     )
+    first_node_index: int = Field(
+        default=0,
+        ge=0,
+        le=100_000,
+        description="Number of the job's first node (node names start there): two jobs whose "
+        "ranges overlap share those nodes, as jobs packed onto one cluster do.",
+    )
 
     @property
     def nodes(self) -> int:
@@ -53,7 +60,7 @@ class SimulationConfig(BaseModel):
         return self.node_name_at(rank // self.gpus_per_node)
 
     def node_name_at(self, index: int) -> str:
-        return f"{self.node_prefix}{index:03d}"
+        return f"{self.node_prefix}{index + self.first_node_index:03d}"
 
 
 class GpuProfile(NamedTuple):
