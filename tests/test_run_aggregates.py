@@ -19,7 +19,7 @@ from rankscope.sinks.clickhouse import connect, migrate
 from rankscope.sinks.named_queries import run_query
 from rankscope.sinks.rows import INCIDENT_TABLE, TableSpec, event_spec
 from tests.conftest import Services
-from tests.test_run_queries import _events, _incident
+from tests.test_run_queries import S, T, _attempt, _events, _incident, _sched
 
 QUERIES = ("run_attempts", "run_cost", "run_losses", "run_goodput")
 
@@ -77,3 +77,68 @@ def test_redelivered_spans_and_samples_change_nothing(agg: tuple[Client, str]) -
     rows = client.command(f"SELECT count() FROM {db}.run_energy_minute")
     assert isinstance(rows, int) and rows > 0
     assert _results(client, db) == before
+
+
+# The training code's run id. Job 5001 fails and job 5002 completes; the Slurm collector knows no
+# link between them (run id = job id, its fallback) but the training code set rankscope.run_id
+# run-t with attempts 1 and 2: one run of two attempts. Job 6001's scheduler events carry
+# run-s (an operator's rule) while its spans say run-x: the rule wins.
+def _tagged(job: str, run: str, attempt: int, first: int, last: int, start_s: int) -> list[Any]:
+    out = []
+    for e in _attempt(job, 1, first, last, start_s, {}):
+        payload = e.payload.model_copy(  # type: ignore[attr-defined]
+            update={"attributes": {"rankscope.run_id": run, "rankscope.attempt": str(attempt)}}
+        )
+        out.append(e.model_copy(update={"payload": payload}))
+    return out
+
+
+def _training_code_events() -> list[Any]:
+    ev: list[Any] = [
+        _sched("5001", "job_started", 0, "5001", 1),
+        _sched("5001", "job_failed", 200, "5001", 1),
+        _sched("5002", "job_started", 300, "5002", 1),
+        _sched("5002", "job_completed", 500, "5002", 1),
+        _sched("6001", "job_started", 0, "run-s", 1),
+        _sched("6001", "job_completed", 100, "run-s", 1),
+    ]
+    ev += _tagged("5001", "run-t", 1, 1, 15, 0)  # steps end at 150 s
+    ev += _tagged("5002", "run-t", 2, 11, 30, 300)  # steps 11-30, 300-500 s
+    ev += _tagged("6001", "run-x", 1, 1, 10, 0)
+    return ev
+
+
+@pytest.fixture(scope="module")
+def tagged(services: Services) -> Iterator[tuple[Client, str]]:
+    db = f"runtag{uuid.uuid4().hex[:10]}"
+    client = connect(services.clickhouse_url)
+    migrate(client, db)
+    by_table: dict[str, tuple[TableSpec, list[Any]]] = {}
+    for e in _training_code_events():
+        spec = event_spec(e)
+        by_table.setdefault(spec.table, (spec, []))[1].append(spec.to_row(e))
+    for spec, rows in by_table.values():
+        client.insert(f"{db}.{spec.table}", rows, column_names=spec.columns)
+    yield client, db
+    client.command(f"DROP DATABASE IF EXISTS {db}")
+
+
+def test_training_code_run_id_links_attempts(tagged: tuple[Client, str]) -> None:
+    client, db = tagged
+    attempts = client.query(
+        f"SELECT run_id, job_id, attempt, outcome, intDiv(start_ns - {T}, {S}),"
+        f" intDiv(end_ns - {T}, {S}) FROM {db}.job_attempts ORDER BY run_id, attempt"
+    ).result_rows
+    assert attempts == [
+        ("run-s", "6001", 1, "job_completed", 0, 100),
+        ("run-t", "5001", 1, "job_failed", 0, 200),
+        ("run-t", "5002", 2, "job_completed", 300, 500),
+    ]
+    cost = run_query(client, "run_cost", db, {"price_per_gpu_hour": "3.6"}).named_results()
+    by_run = {r["run_id"]: r for r in cost}
+    assert sorted(by_run) == ["run-s", "run-t"]
+    t = by_run["run-t"]
+    # 1 GPU x (200 + 200) s; attempt 1 saved nothing: lost 200 s, steps 1-15 recomputed
+    assert (t["attempts"], t["failed_attempts"], t["completed_job_id"]) == (2, 1, "5002")
+    assert (t["gpu_hours"], t["lost_gpu_hours"], t["recomputed_steps"]) == (0.1111, 0.0556, 15)
+    assert (t["cost"], t["cost_lost"]) == (0.4, 0.2)

@@ -109,3 +109,82 @@ SELECT cluster, job_id, node, gpu, toStartOfMinute(ts) AS minute,
 FROM {db}.gpu_samples FINAL
 WHERE energy_mj IS NOT NULL
 GROUP BY cluster, job_id, node, gpu, minute;
+
+-- Attempts the training code names (issue 19): the OTel resource attributes rankscope.run_id and
+-- rankscope.attempt ride on every span; per (job, run, attempt) the first span start and the
+-- last span end. Min/max again, so re-delivery is harmless; one row per attempt, not per span.
+CREATE TABLE IF NOT EXISTS {db}.run_span_attempt
+(
+    cluster    LowCardinality(String),
+    job_id     LowCardinality(String),
+    run_id     LowCardinality(String),
+    attempt    UInt32,
+    min_start  SimpleAggregateFunction(min, Int64),
+    max_end    SimpleAggregateFunction(max, Int64)
+)
+ENGINE = AggregatingMergeTree
+ORDER BY (cluster, job_id, run_id, attempt);
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.run_span_attempt_mv TO {db}.run_span_attempt AS
+SELECT cluster, job_id, attributes['rankscope.run_id'] AS run_id,
+    toUInt32OrZero(attributes['rankscope.attempt']) AS attempt,
+    min(start_ns) AS min_start, max(end_ns) AS max_end
+FROM {db}.spans
+WHERE attributes['rankscope.run_id'] != '' AND toUInt32OrZero(attributes['rankscope.attempt']) > 0
+GROUP BY cluster, job_id, run_id, attempt;
+
+INSERT INTO {db}.run_span_attempt
+SELECT cluster, job_id, attributes['rankscope.run_id'] AS run_id,
+    toUInt32OrZero(attributes['rankscope.attempt']) AS attempt, min(start_ns), max(end_ns)
+FROM {db}.spans FINAL
+WHERE attributes['rankscope.run_id'] != '' AND toUInt32OrZero(attributes['rankscope.attempt']) > 0
+GROUP BY cluster, job_id, run_id, attempt;
+
+-- job_attempts, now from two sources. Precedence per job: a scheduler run id that is not the
+-- job id (the operator's mapping or pattern, or the scheduler's own link: requeue, dependency,
+-- array, training-operator job) > the training code's rankscope.run_id / rankscope.attempt > the
+-- scheduler's fallback (run id = job id). A training-code attempt starts at its first span and
+-- ends at the job's first end event after that start (0: none yet); its outcome is that event's.
+CREATE OR REPLACE VIEW {db}.job_attempts AS
+SELECT cluster, run_id, job_id, attempt, start_ns, end_ns, outcome, event_types
+FROM (
+    SELECT
+        cluster,
+        run_id,
+        job_id,
+        attempt,
+        if(countIf(event_type = 'job_started') > 0, minIf(ts_ns, event_type = 'job_started'),
+            min(ts_ns)) AS start_ns,
+        maxIf(ts_ns, event_type IN ('job_completed', 'job_failed', 'job_requeued',
+            'job_cancelled', 'job_timeout', 'preempted', 'oom_killed')) AS end_ns,
+        -- at one time a requeue gives way to its cause (Slurm: preempted, then requeued)
+        argMaxIf(event_type, (ts_ns, event_type != 'job_requeued'), event_type IN (
+            'job_completed', 'job_failed', 'job_requeued', 'job_cancelled', 'job_timeout',
+            'preempted', 'oom_killed')) AS outcome,
+        groupUniqArray(event_type) AS event_types
+    FROM {db}.scheduler_events FINAL
+    WHERE run_id != '' AND attempt > 0
+        AND (run_id != job_id OR (cluster, job_id) NOT IN (
+            SELECT cluster, job_id FROM {db}.run_span_attempt))
+    GROUP BY cluster, run_id, job_id, attempt
+)
+UNION ALL
+SELECT t.cluster AS cluster, t.run_id AS run_id, t.job_id AS job_id, t.attempt AS attempt,
+    t.start_ns AS start_ns, e.end_ns AS end_ns, e.outcome AS outcome,
+    e.event_types AS event_types
+FROM (
+    SELECT cluster, job_id, run_id, attempt, min(min_start) AS start_ns
+    FROM {db}.run_span_attempt
+    WHERE (cluster, job_id) NOT IN (SELECT cluster, job_id FROM {db}.scheduler_events
+        WHERE run_id != '' AND run_id != job_id)
+    GROUP BY cluster, job_id, run_id, attempt
+) AS t
+ASOF LEFT JOIN (
+    SELECT cluster, job_id, ts_ns AS end_ns,
+        argMax(event_type, event_type != 'job_requeued') AS outcome,
+        groupUniqArray(event_type) AS event_types
+    FROM {db}.scheduler_events FINAL
+    WHERE event_type IN ('job_completed', 'job_failed', 'job_requeued', 'job_cancelled',
+        'job_timeout', 'preempted', 'oom_killed')
+    GROUP BY cluster, job_id, ts_ns
+) AS e ON t.cluster = e.cluster AND t.job_id = e.job_id AND t.start_ns <= e.end_ns;

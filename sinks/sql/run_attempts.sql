@@ -39,8 +39,7 @@ WITH
                 max(last_ok_step) AS last_ok_step, max(ckpt_step) AS ckpt_step,
                 max(ckpt_end_ns) AS ckpt_end_ns
             FROM {db:Identifier}.run_span_minute
-            WHERE job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
-                WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+            WHERE job_id IN (SELECT job_id FROM attempts)
             GROUP BY cluster, job_id, minute
         ) AS b
         INNER JOIN attempts AS a ON b.cluster = a.cluster AND b.job_id = a.job_id
@@ -108,8 +107,7 @@ WITH
             SELECT cluster, job_id, node, gpu, minute, min(min_ts) AS min_ts,
                 max(max_ts) AS max_ts, min(e_min) AS e_min, max(e_max) AS e_max
             FROM {db:Identifier}.run_energy_minute
-            WHERE job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
-                WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+            WHERE job_id IN (SELECT job_id FROM attempts)
             GROUP BY cluster, job_id, node, gpu, minute
         ) AS b
         INNER JOIN facts AS x ON b.cluster = x.cluster AND b.job_id = x.job_id
@@ -148,8 +146,7 @@ WITH
             argMin(i.cause_class, i.first_cause_ts_ns) AS cause_class
         FROM {db:Identifier}.incidents AS i FINAL
         INNER JOIN attempts AS x ON i.cluster = x.cluster AND i.job_id = x.job_id
-        WHERE i.job_id IN (SELECT job_id FROM {db:Identifier}.scheduler_events
-            WHERE run_id != '' AND ({run_id:String} = '' OR run_id = {run_id:String}))
+        WHERE i.job_id IN (SELECT job_id FROM attempts)
             AND i.first_cause_ts_ns >= x.start_ns
             AND (x.end_ns = 0 OR i.first_cause_ts_ns <= x.end_ns)
         GROUP BY cluster, run_id, attempt
