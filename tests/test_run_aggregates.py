@@ -142,3 +142,10 @@ def test_training_code_run_id_links_attempts(tagged: tuple[Client, str]) -> None
     assert (t["attempts"], t["failed_attempts"], t["completed_job_id"]) == (2, 1, "5002")
     assert (t["gpu_hours"], t["lost_gpu_hours"], t["recomputed_steps"]) == (0.1111, 0.0556, 15)
     assert (t["cost"], t["cost_lost"]) == (0.4, 0.2)
+
+
+def test_the_run_attempts_view_is_the_named_query(agg: tuple[Client, str]) -> None:
+    client, db = agg
+    view = client.query(f"SELECT * FROM {db}.run_attempts(run_id = 'run-a', hours = 0)").result_rows
+    named = run_query(client, "run_attempts", db, {"run_id": "run-a"}).result_rows
+    assert len(view) == 3 and view == named

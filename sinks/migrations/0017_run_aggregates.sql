@@ -188,3 +188,6 @@ ASOF LEFT JOIN (
         'job_timeout', 'preempted', 'oom_killed')
     GROUP BY cluster, job_id, ts_ns
 ) AS e ON t.cluster = e.cluster AND t.job_id = e.job_id AND t.start_ns <= e.end_ns;
+
+-- the run_attempts view (0014) holds the query's text as it was when created: renew it
+CREATE OR REPLACE VIEW {db}.run_attempts AS {named:run_attempts};
