@@ -16,7 +16,13 @@
 -- param: run_id String = ''  one run (empty: every run)
 -- param: hours UInt32 = 0  runs with an attempt that started in the last hours (0: all)
 WITH
-    attempts AS (
+    -- ClickHouse inlines a CTE at every reference and the queries below refer to the attempts
+    -- and their facts many times; a scalar subquery is evaluated once per query, so both are
+    -- collected into arrays once and unpacked where used
+    (
+        SELECT groupArray((cluster, run_id, job_id, attempt, start_ns, end_ns, outcome,
+            event_types))
+        FROM (
         SELECT cluster, run_id, job_id, attempt, start_ns, end_ns, outcome, event_types
         FROM (
             SELECT *, max(start_ns) OVER (PARTITION BY cluster, run_id) AS run_last_start_ns
@@ -25,6 +31,12 @@ WITH
         )
         WHERE {hours:UInt32} = 0
             OR run_last_start_ns >= toUnixTimestamp64Nano(now64(9)) - {hours:UInt32} * 3600000000000
+        )
+    ) AS attempt_list,
+    attempts AS (
+        SELECT a.1 AS cluster, a.2 AS run_id, a.3 AS job_id, a.4 AS attempt, a.5 AS start_ns,
+            a.6 AS end_ns, a.7 AS outcome, a.8 AS event_types
+        FROM (SELECT arrayJoin(attempt_list) AS a)
     ),
     span_minutes AS (
         SELECT a.cluster AS cluster, a.run_id AS run_id, a.job_id AS job_id,
@@ -82,7 +94,7 @@ WITH
         FROM span_parts
         GROUP BY cluster, run_id, job_id, attempt
     ),
-    facts AS (
+    facts_query AS (
         SELECT a.cluster AS cluster, a.run_id AS run_id, a.job_id AS job_id,
             a.attempt AS attempt, a.outcome AS outcome, a.event_types AS event_types,
             a.start_ns AS start_ns,
@@ -95,6 +107,18 @@ WITH
         LEFT JOIN span_facts AS f
             ON a.cluster = f.cluster AND a.run_id = f.run_id AND a.job_id = f.job_id
                 AND a.attempt = f.attempt
+    ),
+    (
+        SELECT groupArray((cluster, run_id, job_id, attempt, outcome, event_types, start_ns,
+            end_ns, ranks, first_step, last_step, saved_step, saved_until_ns, completed))
+        FROM facts_query
+    ) AS fact_list,
+    facts AS (
+        SELECT f.1 AS cluster, f.2 AS run_id, f.3 AS job_id, f.4 AS attempt, f.5 AS outcome,
+            f.6 AS event_types, f.7 AS start_ns, f.8 AS end_ns, f.9 AS ranks,
+            f.10 AS first_step, f.11 AS last_step, f.12 AS saved_step, f.13 AS saved_until_ns,
+            f.14 AS completed
+        FROM (SELECT arrayJoin(fact_list) AS f)
     ),
     energy_minutes AS (
         SELECT x.cluster AS cluster, x.run_id AS run_id, x.job_id AS job_id,
