@@ -19,7 +19,7 @@ from rankscope.sinks.clickhouse import connect, migrate
 from rankscope.sinks.named_queries import run_query
 from rankscope.sinks.rows import INCIDENT_TABLE, TableSpec, event_spec
 from tests.conftest import Services
-from tests.test_run_queries import S, T, _attempt, _events, _incident, _sched
+from tests.test_run_queries import S, T, _attempt, _events, _incident, _sample, _sched
 
 QUERIES = ("run_attempts", "run_cost", "run_losses", "run_goodput")
 
@@ -149,3 +149,40 @@ def test_the_run_attempts_view_is_the_named_query(agg: tuple[Client, str]) -> No
     view = client.query(f"SELECT * FROM {db}.run_attempts(run_id = 'run-a', hours = 0)").result_rows
     named = run_query(client, "run_attempts", db, {"run_id": "run-a"}).result_rows
     assert len(view) == 3 and view == named
+
+
+# Dense GPU samples (every 10 s) so the attempt's start, last checkpoint and end fall inside
+# minutes that also hold samples outside them: the raw-minute path of the energy, exactly.
+# Job 7001 (run-e) starts at T+0, a checkpoint ends at T+50, it fails at T+95; the counter reads
+# (t + 100) x 1e6 mJ at T+t for t = -20, -10, ..., 120. Energy: e(90) - e(0) = 90 000 J; lost:
+# e(90) - e(50) = 40 000 J.
+def _dense_events() -> list[Any]:
+    ev: list[Any] = [
+        _sched("7001", "job_started", 0, "run-e", 1),
+        _sched("7001", "job_failed", 95, "run-e", 1),
+    ]
+    ev += _attempt("7001", 1, 1, 4, 0, {4: (45, 50)})
+    ev += [_sample("7001", 0, t, (t + 100) * 1_000_000, 400) for t in range(-20, 121, 10)]
+    return ev
+
+
+@pytest.fixture(scope="module")
+def dense(services: Services) -> Iterator[tuple[Client, str]]:
+    db = f"rundense{uuid.uuid4().hex[:10]}"
+    client = connect(services.clickhouse_url)
+    migrate(client, db)
+    by_table: dict[str, tuple[TableSpec, list[Any]]] = {}
+    for e in _dense_events():
+        spec = event_spec(e)
+        by_table.setdefault(spec.table, (spec, []))[1].append(spec.to_row(e))
+    for spec, rows in by_table.values():
+        client.insert(f"{db}.{spec.table}", rows, column_names=spec.columns)
+    yield client, db
+    client.command(f"DROP DATABASE IF EXISTS {db}")
+
+
+def test_energy_of_minutes_cut_by_start_checkpoint_and_end(dense: tuple[Client, str]) -> None:
+    client, db = dense
+    (a,) = run_query(client, "run_attempts", db, {"run_id": "run-e"}).named_results()
+    assert (a["energy_j"], a["lost_energy_j"]) == (90_000, 40_000)
+    assert (a["saved_step"], a["recomputed_steps"], round(a["lost_gpu_hours"] * 3600)) == (4, 0, 45)

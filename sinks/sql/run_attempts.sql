@@ -138,7 +138,8 @@ WITH
         WHERE b.max_ts >= x.start_ns AND b.min_ts <= x.end_ns
     ),
     -- whole minutes from the aggregate; minutes that straddle the attempt's start, end or last
-    -- checkpoint from the samples themselves
+    -- checkpoint from the samples themselves (a minute not whole holds one of those instants,
+    -- so the raw minutes are known without reading the aggregate twice)
     energy_parts AS (
         SELECT cluster, run_id, attempt, completed, node, gpu, e_min, e_max, e_lost_min
         FROM energy_minutes WHERE whole
@@ -149,7 +150,9 @@ WITH
         FROM {db:Identifier}.gpu_samples AS g FINAL
         INNER JOIN facts AS x ON g.cluster = x.cluster AND g.job_id = x.job_id
         WHERE (g.job_id, toStartOfMinute(g.ts)) IN (
-                SELECT job_id, minute FROM energy_minutes WHERE NOT whole)
+                SELECT job_id, arrayJoin(arrayMap(t -> toStartOfMinute(fromUnixTimestamp64Nano(t)),
+                    [start_ns, end_ns, saved_until_ns]))
+                FROM facts)
             AND g.energy_mj IS NOT NULL
             AND g.ts_ns >= x.start_ns AND g.ts_ns <= x.end_ns
     ),
