@@ -74,7 +74,7 @@ WITH
         WHERE b.max_ts >= j.t0 AND b.min_ts <= j.t1
     ),
     -- whole minutes from run_energy_minute; the minutes the job's first and last step cut
-    -- through from the samples themselves
+    -- through (the minutes holding t0 and t1) from the samples themselves
     energy_parts AS (
         SELECT cluster, job_id, node, gpu, e_min, e_max FROM energy_minutes WHERE whole
         UNION ALL
@@ -83,7 +83,9 @@ WITH
         FROM {db:Identifier}.gpu_samples AS g FINAL
         INNER JOIN jobs AS j ON g.cluster = j.cluster AND g.job_id = j.job_id
         WHERE (g.job_id, toStartOfMinute(g.ts)) IN (
-                SELECT job_id, minute FROM energy_minutes WHERE NOT whole)
+                SELECT job_id, arrayJoin([toStartOfMinute(fromUnixTimestamp64Nano(t0)),
+                    toStartOfMinute(fromUnixTimestamp64Nano(t1))])
+                FROM jobs)
             AND g.energy_mj IS NOT NULL
             AND g.ts_ns >= j.t0 AND g.ts_ns <= j.t1
     ),
