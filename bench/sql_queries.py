@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.sinks.clickhouse import available_migrations, connect, migrate
 from rankscope.sinks.named_queries import default_price_per_gpu_hour, load_queries
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,6 +189,12 @@ def _runs(client: Any, db: str, start_s: int) -> None:
         "concat('model-', toString(cityHash64(job_id) % 4))) WHERE phase = 'step'",
         settings={"mutations_sync": 2},
     )
+    # a mutation fires no materialized view: refill run_span_minute (migration 0017) with the
+    # attributes just set, by the migration's own backfill (data arriving live carries them)
+    client.command(f"TRUNCATE TABLE {db}.run_span_minute")
+    backfill = f"INSERT INTO {db}.run_span_minute"
+    mig = next(m for m in available_migrations() if m.version == 17)
+    client.command(next(st for st in mig.statements(db) if st.startswith(backfill)))
     client.command(
         f"INSERT INTO {db}.node_inventory (event_id, schema, cluster, job_id, node, rank, "
         "local_rank, gpu, ts_ns, observed_ts_ns, gpu_model, gpu_count, fingerprint) "

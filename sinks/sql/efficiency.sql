@@ -12,28 +12,39 @@
 -- param: hours UInt32 = 24  steps that ended in the last hours (0: all)
 -- param: price_per_gpu_hour Float64  what one GPU-hour costs
 WITH
-    steps AS (
-        SELECT cluster, job_id, node, rank, step, start_ns, end_ns, status,
-            attributes['rankscope.samples'] AS samples, attributes['rankscope.tokens'] AS tokens,
-            attributes['rankscope.model'] AS model
+    -- step facts: whole minutes from run_span_minute (migration 0017); with hours, the minute
+    -- the window starts inside is read from the spans themselves
+    step_parts AS (
+        SELECT cluster, job_id, step_ranks AS p_ranks, step_start AS p_start, step_end AS p_end,
+            step_nodes AS p_nodes, model AS p_model, step_samples AS p_samples,
+            step_tokens AS p_tokens
+        FROM {db:Identifier}.run_span_minute
+        WHERE ({job_id:String} = '' OR job_id = {job_id:String})
+            AND ({hours:UInt32} = 0 OR minute >= now64(9) - toIntervalHour({hours:UInt32}))
+        UNION ALL
+        SELECT cluster, job_id, groupUniqArray(rank), min(toNullable(start_ns)),
+            max(toNullable(end_ns)), groupUniqArray(toString(node)),
+            max(attributes['rankscope.model']),
+            maxMapIf(([step], [toFloat64OrZero(attributes['rankscope.samples'])]),
+                status = 'ok'),
+            maxMapIf(([step], [toFloat64OrZero(attributes['rankscope.tokens'])]),
+                status = 'ok')
         FROM {db:Identifier}.spans FINAL
-        WHERE phase = 'step'
+        WHERE phase = 'step' AND {hours:UInt32} != 0
             AND ({job_id:String} = '' OR job_id = {job_id:String})
-            AND ({hours:UInt32} = 0 OR ts >= now64(9) - toIntervalHour({hours:UInt32}))
-    ),
-    work AS (
-        SELECT cluster, job_id, sum(s) AS samples, sum(t) AS tokens
-        FROM (
-            SELECT cluster, job_id, step,
-                max(toFloat64OrZero(samples)) AS s, max(toFloat64OrZero(tokens)) AS t
-            FROM steps WHERE status = 'ok' GROUP BY cluster, job_id, step
-        )
+            AND ts >= now64(9) - toIntervalHour({hours:UInt32})
+            AND ts < toStartOfMinute(now64(9) - toIntervalHour({hours:UInt32}))
+                + toIntervalMinute(1)
         GROUP BY cluster, job_id
     ),
     jobs AS (
-        SELECT cluster, job_id, uniqExact(rank) AS ranks, min(start_ns) AS t0, max(end_ns) AS t1,
-            anyIf(model, model != '') AS model, groupUniqArray(node) AS nodes
-        FROM steps GROUP BY cluster, job_id
+        SELECT cluster, job_id, length(groupUniqArrayArray(p_ranks)) AS ranks,
+            assumeNotNull(min(p_start)) AS t0, assumeNotNull(max(p_end)) AS t1,
+            max(p_model) AS model, groupUniqArrayArray(p_nodes) AS nodes,
+            arraySum(maxMap(p_samples).2) AS samples, arraySum(maxMap(p_tokens).2) AS tokens
+        FROM step_parts
+        GROUP BY cluster, job_id
+        HAVING ranks > 0
     ),
     inventory AS (
         SELECT cluster, node, argMax(gpu_model, ts_ns) AS gpu_model
@@ -48,26 +59,51 @@ WITH
         INNER JOIN inventory AS i ON j.cluster = i.cluster AND j.node = i.node
         GROUP BY cluster, job_id
     ),
+    energy_minutes AS (
+        SELECT b.cluster AS cluster, b.job_id AS job_id, b.node AS node, b.gpu AS gpu,
+            b.minute AS minute, b.e_min AS e_min, b.e_max AS e_max,
+            b.min_ts >= j.t0 AND b.max_ts <= j.t1 AS whole
+        FROM (
+            SELECT cluster, job_id, node, gpu, minute, min(min_ts) AS min_ts,
+                max(max_ts) AS max_ts, min(e_min) AS e_min, max(e_max) AS e_max
+            FROM {db:Identifier}.run_energy_minute
+            WHERE job_id IN (SELECT job_id FROM jobs)
+            GROUP BY cluster, job_id, node, gpu, minute
+        ) AS b
+        INNER JOIN jobs AS j ON b.cluster = j.cluster AND b.job_id = j.job_id
+        WHERE b.max_ts >= j.t0 AND b.min_ts <= j.t1
+    ),
+    -- whole minutes from run_energy_minute; the minutes the job's first and last step cut
+    -- through (the minutes holding t0 and t1) from the samples themselves
+    energy_parts AS (
+        SELECT cluster, job_id, node, gpu, e_min, e_max FROM energy_minutes WHERE whole
+        UNION ALL
+        SELECT g.cluster, g.job_id, g.node, g.gpu, assumeNotNull(g.energy_mj),
+            assumeNotNull(g.energy_mj)
+        FROM {db:Identifier}.gpu_samples AS g FINAL
+        INNER JOIN jobs AS j ON g.cluster = j.cluster AND g.job_id = j.job_id
+        WHERE (g.job_id, toStartOfMinute(g.ts)) IN (
+                SELECT job_id, arrayJoin([toStartOfMinute(fromUnixTimestamp64Nano(t0)),
+                    toStartOfMinute(fromUnixTimestamp64Nano(t1))])
+                FROM jobs)
+            AND g.energy_mj IS NOT NULL
+            AND g.ts_ns >= j.t0 AND g.ts_ns <= j.t1
+    ),
     energy AS (
         SELECT cluster, job_id, sum(rise_mj) / 1000 AS energy_j
         FROM (
-            SELECT g.cluster AS cluster, g.job_id AS job_id, g.node, g.gpu,
-                max(g.energy_mj) - min(g.energy_mj) AS rise_mj
-            FROM {db:Identifier}.gpu_samples AS g FINAL
-            INNER JOIN jobs AS j ON g.cluster = j.cluster AND g.job_id = j.job_id
-            WHERE g.job_id IN (SELECT job_id FROM jobs) AND g.energy_mj IS NOT NULL
-                AND g.ts_ns >= j.t0 AND g.ts_ns <= j.t1
-            GROUP BY cluster, job_id, g.node, g.gpu
+            SELECT cluster, job_id, node, gpu, max(e_max) - min(e_min) AS rise_mj
+            FROM energy_parts
+            GROUP BY cluster, job_id, node, gpu
         )
         GROUP BY cluster, job_id
     ),
     per_job AS (
         SELECT j.cluster AS cluster, j.job_id AS job_id, j.model AS model,
             n.gpu_model AS gpu_model, j.ranks AS ranks,
-            j.ranks * (j.t1 - j.t0) / 1e9 AS gpu_s, w.samples AS samples, w.tokens AS tokens,
+            j.ranks * (j.t1 - j.t0) / 1e9 AS gpu_s, j.samples AS samples, j.tokens AS tokens,
             e.energy_j AS energy_j
         FROM jobs AS j
-        LEFT JOIN work AS w ON j.cluster = w.cluster AND j.job_id = w.job_id
         LEFT JOIN node_types AS n ON j.cluster = n.cluster AND j.job_id = n.job_id
         LEFT JOIN energy AS e ON j.cluster = e.cluster AND j.job_id = e.job_id
     )
