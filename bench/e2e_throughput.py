@@ -200,6 +200,8 @@ def main() -> int:
                 worker_cpu = cpu_seconds(pids["worker"]) - cpu0["worker"]
 
         ceil = ceiling(cfg, n + n_warm)
+    # ~200 MB of broker and ClickHouse data a run; kept (with the logs) only when a run fails
+    shutil.rmtree(home, ignore_errors=True)
     e2e = n / e2e_s
     figures = {
         "events": n,
