@@ -7,40 +7,17 @@ through the real broker, workers and ClickHouse.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 import pytest
 
 from rankscope.evaluate import score_findings
+from rankscope.evaluation_sweep import det_row, inc_row
 from rankscope.schemas.derived import Detection, Incident
 from rankscope.schemas.events import Event
 from rankscope.simulation.faults import SuiteCase, scenario_suite, simulate_with_faults
 from rankscope.streams.analysis.job import JobAnalyzer
 
 CASES = scenario_suite(64, [0], duration_s=60)
-
-
-def _det_row(d: Detection) -> dict[str, Any]:
-    return {
-        "detection_type": d.detection_type,
-        "straggler_class": d.straggler_class or "",
-        "node": d.node,
-        "rank": -1 if d.rank is None else d.rank,
-        "onset_ts_ns": d.onset_ts,
-        "detected_ts_ns": d.detected_ts,
-    }
-
-
-def _inc_row(i: Incident) -> dict[str, Any]:
-    return {
-        "cause_class": i.cause_class,
-        "node": i.node,
-        "gpu": -1 if i.gpu is None else i.gpu,
-        "rank": -1 if i.rank is None else i.rank,
-        "device": i.device,
-        "first_symptom_ts_ns": i.first_symptom_ts,
-        "attributed_ts_ns": i.attributed_ts,
-    }
 
 
 def analyse(
@@ -68,7 +45,7 @@ def test_scenario_is_attributed_correctly(case: SuiteCase) -> None:
     dets, incs = analyse(case, events)
     label = labels[0]
     correct, fps, detect_s, found = score_findings(
-        label, [_det_row(x) for x in dets.values()], [_inc_row(x) for x in incs.values()]
+        label, [det_row(x) for x in dets.values()], [inc_row(x) for x in incs.values()]
     )
     assert correct, (
         f"expected {label.outcome} {label.cause_class} on {label.node}/{label.rank}; found {found}"
