@@ -49,6 +49,9 @@ class Settings(BaseSettings):
     #: compression of the worker's output topics: none (default), zstd, gzip, lz4 (opt-in:
     #: less CPU and broker bytes, but rows were stored later in the measured runs)
     worker_output_compression: Literal["none", "zstd", "gzip", "lz4"] = "none"
+    #: validated events waiting for the windows agent before the worker stops fetching raw
+    #: topics (0: never); resumes at 80% of it
+    worker_backpressure_events: int = 20_000
     #: seconds between snapshots of the analysis state of a busy partition
     worker_snapshot_interval_s: float = 15.0
     #: seconds a job's events must have stopped before its analysis is flushed
@@ -109,6 +112,7 @@ class Settings(BaseSettings):
             session_timeout_s=self.worker_session_timeout_s,
             fetch_max_bytes=self.worker_fetch_max_bytes,
             output_compression=self.worker_output_compression,
+            backpressure_events=self.worker_backpressure_events,
             analysis_flush_idle_s=self.worker_flush_idle_s,
             raw_topic_prefix=self.raw_topic_prefix,
             otlp_traces_topics=self.otlp_traces_topics,

@@ -24,7 +24,7 @@ from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.baselines import BaselineBook, BaselineFeed
 from rankscope.streams.stages.fleet import FleetStage
-from rankscope.streams.stages.handoff import ParsedHandoff
+from rankscope.streams.stages.handoff import ParsedHandoff, RawFlow
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -99,7 +99,15 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     # agent feeds both.
     recovery = DeciderHost(config, topics, counters)
     handoff = ParsedHandoff()  # validate's parsed events, so the windows agent parses them once
-    validate = ValidateStage(config, topics, counters, handoff=handoff)
+    flow = raw_flow(app, config, handoff, counters)
+    validate = ValidateStage(
+        config,
+        topics,
+        counters,
+        handoff=handoff,
+        flow=flow,
+        local_events_partition=lambda p: (config.topics.events, p) in app.consumer.assignment(),
+    )
 
     def highwater(tp: Any) -> int | None:
         return app.consumer.highwater(tp)  # looked up late: the consumer starts with the worker
@@ -128,6 +136,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         recovery=recovery,
         snapshots=snapshots,
         handoff=handoff,
+        flow=flow,
     )
 
     # Registered in this order: the validate agent, the decider's agent and its revoke
@@ -151,6 +160,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         await analysis.tick(now)
         await fleet.tick(now)
         windows.evict_idle(now)
+        flow.tick()
         if now >= status_due[0]:  # health in the log, once a minute
             status_due[0] = now + STATUS_EVERY_S
             log.warning(
@@ -167,6 +177,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
         snapshots.forget(revoked)
         windows.forget(revoked)
+        flow.reset()
 
     @app.on_partitions_assigned.connect
     async def events_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -176,8 +187,55 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         assigned: set[Any] = args[0] if args else kwargs.get("assigned", set())
         snapshots.forget(assigned)
         windows.forget(assigned)
+        flow.reset()
 
     return app, counters
+
+
+def raw_flow(
+    app: faust.App, config: StreamsConfig, handoff: ParsedHandoff, counters: StageCounters
+) -> RawFlow:
+    """The back-pressure on this worker's raw partitions (``stages/handoff.py``).
+
+    Through faust's own buffer-full switch (``Consumer.on_buffer_full``/``on_buffer_drop``, what
+    a stream with a full buffer calls), not ``pause_partitions``: faust drops the records of a
+    batch already fetched for a partition paused that way while they are handed out (its
+    ``getmany`` keeps only active or buffer-full partitions), and commits past them; a bench
+    run lost records so. A buffer-full partition's fetched records are still delivered, and
+    nothing more is fetched for it until the drop.
+    """
+    raw_topics = set(config.topics.all_raw)
+    held: set[Any] = set()
+
+    def pause() -> None:
+        if not counters.raw_pauses:
+            log.warning(
+                "back-pressure: %d validated events wait for the windows agent; fetching the "
+                "raw topics pauses until it catches up (logged once; counted in "
+                "rankscope_worker_raw_pauses)", handoff.held_events,
+            )  # fmt: skip
+        counters.raw_pauses += 1
+        consumer = app.consumer
+        for tp in consumer.assignment():
+            if tp.topic in raw_topics:
+                held.add(tp)
+                consumer.on_buffer_full(tp)
+
+    def resume() -> None:
+        consumer = app.consumer
+        assigned = consumer.assignment()
+        for tp in held:
+            if tp in assigned:
+                consumer.on_buffer_drop(tp)
+        held.clear()
+
+    return RawFlow(
+        handoff,
+        pause,
+        resume,
+        pause_at=config.backpressure_events or handoff.capacity + 1,
+        resume_at=config.backpressure_events * 4 // 5,
+    )
 
 
 def consumer_lag(consumer: Any) -> dict[tuple[str, int], int]:

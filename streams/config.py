@@ -157,6 +157,14 @@ class StreamsConfig(BaseModel):
         "docs/decisions.md, 'Worker performance (issue 21)'), so it is opt-in. Findings do not "
         "depend on it.",
     )
+    backpressure_events: int = Field(
+        default=20_000,
+        ge=0,
+        description="Stop fetching the raw topics while this many validated events wait for "
+        "this worker's windows agent, resume at 80% of it (0: never). Bounds how far validation "
+        "runs ahead in a backlog, so the windows agent takes the events already parsed instead "
+        "of parsing them again. Findings do not depend on it.",
+    )
     windows: WindowConfig = WindowConfig()
     state: StateConfig = StateConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)

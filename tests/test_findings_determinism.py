@@ -21,6 +21,7 @@ from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.schemas.derived import Detection, Incident
 from rankscope.simulation.faults import SuiteCase, scenario_suite, simulate_with_faults
 from rankscope.sinks.clickhouse import connect
+from rankscope.sinks.event_tables import EVENT_TABLES
 from rankscope.streams.analysis.job import JobAnalyzer
 
 #: the demo's cascade, a link flap on a node whose clock runs 5 s ahead, a straggler and a
@@ -165,4 +166,28 @@ def test_a_live_paced_worker_finds_what_the_log_says(
             if burner is not None:
                 burner.terminate()
                 burner.join()
+    assert stored(cfg) == expected
+
+
+def test_a_worker_held_back_by_its_own_windows_agent_loses_and_repeats_nothing(
+    pipeline_config: PipelineConfig,
+    expected: tuple[set[DetectionKey], set[IncidentKey]],
+) -> None:
+    """Back-pressure (streams/stages/handoff.py): with a tiny bound the raw topics pause and
+    resume hundreds of times while a backlog is read. Pausing must not drop a fetched record
+    (faust's pause_partitions did, and committed past it), nor repeat one: every published
+    event is stored exactly once and the findings are the log's."""
+    cfg = replace(pipeline_config, env={"RANKSCOPE_WORKER_BACKPRESSURE_EVENTS": "300"})
+    runs = publish_suite(cfg.bootstrap, cfg.topic_prefix, CASES, speed=0)
+    published = sum(n for _, _, n in runs.values())
+    with Pipeline(cfg) as pipeline:
+        pipeline.wait_drained(timeout_s=300)
+        log = pipeline.worker.log_path.read_text(errors="replace")
+    assert "back-pressure:" in log  # it did pause
+    client = connect(cfg.clickhouse_url)
+    tables = sorted({spec.table for spec in EVENT_TABLES.values()})
+    count = " + ".join(f"(SELECT count() FROM {cfg.database}.{t})" for t in tables)
+    distinct = " + ".join(f"(SELECT uniqExact(event_id) FROM {cfg.database}.{t})" for t in tables)
+    stored_rows, stored_ids = client.query(f"SELECT {count}, {distinct}").result_rows[0]
+    assert (stored_rows, stored_ids) == (published, published)
     assert stored(cfg) == expected

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from rankscope.schemas.events import EVENT_LIST_ADAPTER, dump_events
 from rankscope.simulation.fault_suite import scenario_suite
 from rankscope.simulation.faults import simulate_with_faults
 from rankscope.streams.config import ValidationLimits
 from rankscope.streams.sources import source_headers, source_value
-from rankscope.streams.stages.handoff import ParsedHandoff
+from rankscope.streams.stages.handoff import ParsedHandoff, RawFlow
 from rankscope.streams.validate import RecordRef, validate_message
 from tests.factories import NOW_NS, gpu_sample, heartbeat, span
 
@@ -98,3 +100,83 @@ def test_dump_events_writes_the_bytes_of_the_list_serializer() -> None:
     assert len(kinds) >= 6, kinds
     for batch in batches:
         assert dump_events(batch) == EVENT_LIST_ADAPTER.dump_json(batch, by_alias=True)
+
+
+class _Consumer:
+    """Stands in for faust's consumer: records what the flow asked of it, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def pause(self) -> None:
+        self.calls.append("pause")
+
+    def resume(self) -> None:
+        self.calls.append("resume")
+
+
+def _flow(pause_at: int = 6, resume_at: int = 3) -> tuple[ParsedHandoff, RawFlow, _Consumer]:
+    handoff = ParsedHandoff(capacity=100)
+    consumer = _Consumer()
+    return handoff, RawFlow(handoff, consumer.pause, consumer.resume, pause_at, resume_at), consumer
+
+
+def test_the_raw_topics_pause_while_the_windows_agent_is_behind_and_resume_once_it_caught_up() -> (
+    None
+):
+    handoff, flow, consumer = _flow()
+    records = [_record(i) for i in range(4)]  # three events each
+    handoff.put(*records[0])
+    flow.after_put()
+    assert consumer.calls == []  # 3 events held: under the pause mark
+    handoff.put(*records[1])
+    flow.after_put()
+    handoff.put(*records[2])  # fetched before the pause took effect: still validated
+    flow.after_put()
+    assert consumer.calls == ["pause"] and flow.paused  # paused once, not once per record
+    assert handoff.take(records[0][0], records[0][1]) is records[0][2]
+    flow.after_take()
+    assert consumer.calls == ["pause"]  # 6 events still held: above the resume mark
+    assert handoff.take(records[1][0], records[1][1]) is records[1][2]
+    flow.after_take()
+    assert consumer.calls == ["pause", "resume"] and not flow.paused
+    assert handoff.take(records[2][0], records[2][1]) is records[2][2]  # nothing was dropped
+
+
+def test_records_the_windows_agent_skips_or_another_worker_reads_do_not_hold_the_pause() -> None:
+    handoff, flow, consumer = _flow()
+    records = [_record(i) for i in range(2)]
+    for r in records:
+        handoff.put(*r)
+        flow.after_put()
+    assert consumer.calls == ["pause"]
+    handoff.discard(records[0][0])  # e.g. its events partition is another worker's
+    flow.after_take()
+    assert consumer.calls == ["pause", "resume"]
+    assert handoff.held_events == 3
+
+
+def test_a_pause_the_windows_agent_never_relieves_ends_and_the_held_records_are_let_go() -> None:
+    handoff, flow, consumer = _flow()
+    for i in range(2):
+        handoff.put(*_record(i))
+        flow.after_put()
+    start = handoff.last_take
+    flow.tick(start + flow.stall_s / 2)
+    assert consumer.calls == ["pause"]  # the agent may just be slow
+    flow.tick(start + flow.stall_s)
+    assert consumer.calls == ["pause", "resume"] and flow.stalls == 1
+    assert handoff.held_events == 0  # the agent parses them when it reads them
+
+
+def test_a_rebalance_resumes_and_forgets_what_was_held() -> None:
+    handoff, flow, consumer = _flow()
+    flow.reset()
+    assert consumer.calls == []  # not paused: nothing to resume
+    for i in range(2):
+        handoff.put(*_record(i))
+        flow.after_put()
+    flow.reset()
+    assert consumer.calls == ["pause", "resume"] and handoff.held_events == 0
+    with pytest.raises(ValueError):
+        RawFlow(handoff, consumer.pause, consumer.resume, pause_at=3, resume_at=3)

@@ -104,6 +104,19 @@ PANELS: tuple[Panel, ...] = (
         unit="short",
     ),
     Panel(
+        "Back-pressure",
+        (
+            (f"sum(increase(rankscope_worker_raw_pauses_total{RATE}))", "raw topic pauses"),
+            (
+                f"sum(rate(rankscope_worker_events_parsed_again_total{RATE}))",
+                "events records parsed again/s",
+            ),
+        ),
+        unit="short",
+        description="Pauses: validation ran ahead of the windows agent (a backlog). Parsed "
+        "again: records this worker no longer held parsed (another worker's, a restart).",
+    ),
+    Panel(
         "Window close delay",
         _quantiles("rankscope_worker_window_close_delay_seconds"),
         unit="s",

@@ -52,6 +52,8 @@ def worker_samples(c: StageCounters) -> Iterator[Sample]:
     for (stage, action), n in sorted(c.recovery_by_action.items()):
         yield "rankscope_worker_recovery_events", (stage, action), n
     yield "rankscope_worker_records_held", (), c.pending_acks
+    yield "rankscope_worker_raw_pauses", (), c.raw_pauses
+    yield "rankscope_worker_events_parsed_again", (), c.events_records_parsed_again
     yield from lag_samples("worker", dict(c.lag))  # a copy: the timer replaces it whole
 
 

@@ -90,6 +90,16 @@ _SPECS = (
     ),
     MetricSpec("rankscope_worker_records_held", "gauge", "Records read but not acknowledged yet."),
     MetricSpec(
+        "rankscope_worker_raw_pauses",
+        "counter",
+        "Times fetching the raw topics paused because the windows agent was behind.",
+    ),
+    MetricSpec(
+        "rankscope_worker_events_parsed_again",
+        "counter",
+        "Events records the windows agent parsed because this worker no longer held them parsed.",
+    ),
+    MetricSpec(
         "rankscope_worker_window_close_delay_seconds",
         "histogram",
         "Wall clock at a window's emission minus the window's end (event time).",

@@ -37,6 +37,10 @@ class StageCounters:
     duplicates_dropped: int = 0
     events_over_job_caps: int = 0
     otlp_lines_ignored: int = 0  # OTLP log lines that were not NCCL/PyTorch lines
+    #: times the raw topics were paused because the windows agent was behind (back-pressure)
+    raw_pauses: int = 0
+    #: events records the windows agent parsed because the handoff did not hold them
+    events_records_parsed_again: int = 0
     started_wall: float = field(default_factory=time.time)
     # breakdowns of the totals above, counted in the same places (exported as metrics)
     records_by_topic: Counter[str] = field(default_factory=Counter)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import faust
 
@@ -20,7 +21,7 @@ from rankscope.schemas.topics import partition_key
 from rankscope.streams.config import RedactionConfig, StreamsConfig
 from rankscope.streams.otlp.wire import content_type_of
 from rankscope.streams.sources import source_headers
-from rankscope.streams.stages.handoff import ParsedHandoff
+from rankscope.streams.stages.handoff import ParsedHandoff, RawFlow
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.validate import (
     RecordRef,
@@ -42,6 +43,8 @@ class ValidateStage:
         topics: StageTopics,
         counters: StageCounters,
         handoff: ParsedHandoff | None = None,
+        flow: RawFlow | None = None,
+        local_events_partition: Callable[[int], bool] | None = None,
     ):
         self.config = config
         self.topics = topics
@@ -49,6 +52,10 @@ class ValidateStage:
         self.redact = build_redaction(config.redaction)
         #: the events it produced, still parsed, for this worker's windows agent
         self.handoff = handoff
+        #: pauses the raw topics while the windows agent is behind on what the handoff holds
+        self.flow = flow
+        #: whether an events partition is read by this worker (else the handoff lets it go)
+        self.local_events_partition = local_events_partition or (lambda partition: True)
 
     def register(self, app: faust.App) -> None:
         config = self.config
@@ -56,7 +63,23 @@ class ValidateStage:
         counters = self.counters
         redact = self.redact
         handoff = self.handoff
+        flow = self.flow
+        local = self.local_events_partition
         limits = config.limits
+
+        def delivered(source: bytes) -> Callable[[Any], None]:
+            """On delivery: an events record another worker reads is not held for this one."""
+
+            def on_delivery(fut: Any) -> None:
+                try:
+                    partition = fut.result().partition
+                except Exception:  # not delivered: faust raises on the send; nothing to hold
+                    partition = None
+                if handoff is not None and (partition is None or not local(partition)):
+                    handoff.discard(source)
+
+            return on_delivery
+
         all_topics = config.topics
 
         @app.agent(topics.raw, name=f"{config.app_id}.validate")
@@ -119,9 +142,16 @@ class ValidateStage:
                         value = dump_events(events)
                         # a raw record validated again (after a crash) is read once downstream
                         headers = source_headers(msg.topic, msg.partition, msg.offset, split)
-                        if handoff is not None:
-                            handoff.put(headers[0][1], value, events)
-                        await topics.events.send(key=key, value=value, headers=headers)
+                        if handoff is None:
+                            await topics.events.send(key=key, value=value, headers=headers)
+                            continue
+                        source = headers[0][1]
+                        handoff.put(source, value, events)
+                        await topics.events.send(
+                            key=key, value=value, headers=headers, callback=delivered(source)
+                        )
+                        if flow is not None:
+                            flow.after_put()
                 for dead in result.dead:
                     counters.dead_letters += 1
                     counters.dead_letters_by_reason[dead.reason_code] += 1

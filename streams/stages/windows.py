@@ -24,7 +24,7 @@ from rankscope.schemas.events import EVENT_LIST_ADAPTER
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.sources import record_source, source_value
 from rankscope.streams.stages.analysis import AnalysisStage
-from rankscope.streams.stages.handoff import ParsedHandoff
+from rankscope.streams.stages.handoff import ParsedHandoff, RawFlow
 from rankscope.streams.stages.recovery import DeciderHost
 from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
@@ -50,10 +50,13 @@ class WindowsStage:
         recovery: DeciderHost,
         snapshots: SnapshotKeeper,
         handoff: ParsedHandoff | None = None,
+        flow: RawFlow | None = None,
     ):
         snapshots.windows = self
         #: the events the validate agent of this worker produced, still parsed
         self.handoff = handoff
+        #: told when the agent takes from the handoff (it resumes the raw topics)
+        self.flow = flow
         self.config = config
         self.topics = topics
         self.counters = counters
@@ -162,6 +165,22 @@ class WindowsStage:
         agg_jobs = self.partition_of
         size_ns = agg.size_ns
         handoff = self.handoff
+        flow = self.flow
+
+        def taken(source: bytes | None, value: bytes | None) -> list[Any] | None:
+            """The record's events from the handoff (None: parse), or only let them go."""
+            if handoff is None:
+                return None
+            if value is None:
+                handoff.discard(source)
+                parsed = None
+            else:
+                parsed = handoff.take(source, value)
+                if parsed is None:
+                    counters.events_records_parsed_again += 1
+            if flow is not None:
+                flow.after_take()
+            return parsed
 
         @app.agent(topics.events, name=f"{self.config.app_id}.windows")
         async def windows(stream: faust.StreamT[bytes]) -> None:
@@ -171,16 +190,19 @@ class WindowsStage:
                 now = time.time()
                 tp = event.message.tp
                 offset = event.message.offset
+                headers = event.message.headers
+                source_bytes = source_value(headers)
                 if await snapshots.begin(tp, offset, now):
+                    taken(source_bytes, None)  # skipped: not parsed from the handoff
                     # a restored snapshot already includes this record: it waits, like the
                     # others, for the windows it touched (open in the snapshot) to be emitted
                     job_id, last_end = self.windows_touched(event.value)
                     self.hold(tp, (job_id, last_end, event, offset), True)
                     snapshots.end()
                     continue
-                headers = event.message.headers
                 source = record_source(headers)
                 if snapshots.duplicate(tp, source):
+                    taken(source_bytes, None)
                     # its raw record was validated twice: acknowledged in offset order once
                     # a snapshot includes it (the snapshot remembers the source as read)
                     self.hold(tp, ("", -1, event, offset), snapshots.is_durable(tp, offset))
@@ -192,7 +214,7 @@ class WindowsStage:
                 touched: set[str] = set()
                 window_jobs: set[str] = set()
                 progress: list[StepProgress] = []
-                parsed = handoff.take(source_value(headers), event.value) if handoff else None
+                parsed = taken(source_bytes, event.value)
                 if parsed is None:
                     parsed = EVENT_LIST_ADAPTER.validate_json(event.value)
                 for ev in parsed:
