@@ -50,8 +50,9 @@ class Settings(BaseSettings):
     #: less CPU and broker bytes, but rows were stored later in the measured runs)
     worker_output_compression: Literal["none", "zstd", "gzip", "lz4"] = "none"
     #: validated events waiting for the windows agent before the worker stops fetching raw
-    #: topics (0: never); resumes at 80% of it
-    worker_backpressure_events: int = 20_000
+    #: topics (0, the default: never; opt-in: less CPU in a backlog, rows stored later);
+    #: resumes at 80% of it
+    worker_backpressure_events: int = 0
     #: seconds between snapshots of the analysis state of a busy partition
     worker_snapshot_interval_s: float = 15.0
     #: seconds a job's events must have stopped before its analysis is flushed
