@@ -14,7 +14,9 @@ ahead of the windows agent (the analysis), the bound pushed the oldest records o
 windows agent parsed them again (7.5% of the worker's time in the e2e bench). ``RawFlow`` pauses
 the raw partitions while the handoff holds more than ``pause_at`` events bound for this worker's
 windows agent and resumes them below ``resume_at``: Kafka Streams' ``buffered.records.per.
-partition`` in spirit. It changes when records are read, never what is read or decided.
+partition`` in spirit. It changes when records are read, never what is read or decided. It is
+opt-in (``StreamsConfig.backpressure_events``, default 0): paced by the analysis, the validate
+agent writes the events topic later, so rows reach ClickHouse later (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -29,8 +31,8 @@ from rankscope.schemas.events import Event
 log = logging.getLogger("rankscope.streams")
 
 #: events held for the windows agent; beyond this the oldest records go (the agent then parses
-#: them). The back-pressure keeps the handoff under ``PAUSE_AT`` plus what was already fetched,
-#: so the bound only bites when the pause cannot (a parsed event is ~1 KB: tens of MB).
+#: them). With back-pressure on, the handoff stays under the pause threshold plus what was
+#: already fetched, so the bound only bites when the pause cannot (a parsed event is ~1 KB).
 CAPACITY = 40_000
 #: pause the raw partitions when this many events wait for the local windows agent ...
 PAUSE_AT = 10_000
