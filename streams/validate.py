@@ -13,18 +13,25 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from rankscope.schemas.derived import DeadLetter, DeadLetterCode
 from rankscope.schemas.events import EVENT_ADAPTER, EVENT_LIST_ADAPTER, MODEL_BY_SCHEMA, Event
 from rankscope.streams.config import ValidationLimits
 
 _MAX_ERRORS_IN_REASON = 5
+#: a JSON escape of a UTF-16 surrogate (``\\ud800``-``\\udfff``): JSON's grammar allows one
+#: unpaired, Python and pydantic decode it into a string that is not Unicode, and that string
+#: cannot be written back as UTF-8 (the events topic, ClickHouse). Raw UTF-8 cannot carry one
+#: (the decoders refuse it), so only a record whose bytes match is checked further.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 @dataclass(frozen=True)
@@ -278,6 +285,16 @@ def _check_time(
     reference = ref.timestamp_ns or now_ns
     delta_s = (ev.ts - reference) / 1e9
     if -limits.max_past_s <= delta_s <= limits.max_future_s:
+        if dead.may_hold_surrogates and not _encodable(ev):
+            dead.refuse(
+                "invalid_event",
+                f"{ev.schema_id} event has a text field with an unpaired UTF-16 surrogate "
+                "(a \\ud800-\\udfff escape without its pair): not Unicode, so it cannot be "
+                "stored; fix the producer's string encoding",
+                index,
+                _identity(ev),
+            )
+            return
         result.events.append(ev)
         return
     direction = "before" if delta_s < 0 else "after"
@@ -288,8 +305,22 @@ def _check_time(
         f"{limits.max_past_s / 86_400:g} days before, {limits.max_future_s:g} s after); "
         "check the source clock or the ts unit (ns since the epoch)",
         index,
-        ev.model_dump(by_alias=True, include={"event_id", "schema_id", "kind", "job_id", "node"}),
+        _identity(ev),
     )
+
+
+def _identity(ev: Event) -> dict[str, Any]:
+    """What a dead letter names an accepted-then-refused event by."""
+    return ev.model_dump(by_alias=True, include={"event_id", "schema_id", "kind", "job_id", "node"})
+
+
+def _encodable(ev: Event) -> bool:
+    """Whether the event can be written as UTF-8 JSON (no unpaired surrogate in any string)."""
+    try:
+        ev.__pydantic_serializer__.to_json(ev)
+    except PydanticSerializationError:
+        return False
+    return True
 
 
 def describe_errors(exc: ValidationError) -> str:
@@ -326,6 +357,8 @@ class _DeadLetters:
         self.cap = limits.max_dead_letters_per_record
         self.result = result
         self._sha256: str | None = None
+        #: the record has a surrogate escape: accepted events are checked for one
+        self.may_hold_surrogates = _SURROGATE_ESCAPE.search(raw) is not None
         self._overflow: Counter[str] = Counter()
         self._first_overflow = -1
 
@@ -369,7 +402,9 @@ class _DeadLetters:
             ):
                 v = elem.get(src)
                 if isinstance(v, str):
-                    ident[dst] = v[:256]
+                    # a refused element's text may not be Unicode (an unpaired surrogate):
+                    # the letter must still be writable as UTF-8
+                    ident[dst] = v[:256].encode("utf-8", "replace").decode("utf-8")
         ref = self.ref
         return DeadLetter(
             dead_letter_id=DeadLetter.make_id(ref.topic, ref.partition, ref.offset, index),

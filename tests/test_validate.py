@@ -187,3 +187,72 @@ def test_internal_error_letter_names_the_record_not_its_contents() -> None:
     letter = internal_error_letter(SECRET.encode(), REF, KeyError(SECRET), now_ns=NOW_NS)
     assert letter.reason_code == "internal_error" and letter.offset == REF.offset
     assert SECRET not in letter.model_dump_json()
+
+
+# -- text that is not Unicode: JSON's unpaired surrogate escapes -------------------------------
+
+
+def _with_text(doc: dict[str, Any], field: str, escaped: str) -> bytes:
+    """``doc`` as JSON with ``field`` of the payload set to the raw JSON escape ``escaped``
+    (``attributes`` gets it as the value of one attribute)."""
+    doc = json.loads(json.dumps(doc))
+    doc["payload"][field] = {"k": "MARK"} if field == "attributes" else "MARK"
+    return json.dumps(doc).replace('"MARK"', f'"{escaped}"').encode()
+
+
+@pytest.mark.parametrize("field", ["error_message", "attributes"])
+@pytest.mark.parametrize("neighbour_bad", [False, True], ids=["batch-path", "element-path"])
+def test_an_unpaired_surrogate_is_refused_alone_and_every_output_is_writable(
+    neighbour_bad: bool, field: str
+) -> None:
+    """A lone ``\\ud800`` decodes into a Python string no UTF-8 writer accepts: the event is a
+    dead letter with a readable reason, its neighbours pass, and nothing left can fail to
+    serialise downstream (it stopped the validate stage's dump before). pydantic's batch parser
+    refuses it itself; a batch with another bad element goes element by element through
+    ``json.loads``; an attribute value (a union of types) passed both before (the case the fuzz
+    test found)."""
+    good = json.loads(dump_event(span(1, NOW_NS)))
+    bad = _with_text(json.loads(dump_event(span(2, NOW_NS))), field, "x\\ud800y")
+    parts = [json.dumps(good).encode(), bad]
+    if neighbour_bad:
+        parts.append(b'{"schema": "span/1"}')
+    res = validate_message(b"[" + b",".join(parts) + b"]", REF, LIMITS, now_ns=NOW_NS)
+    assert [ev.rank for ev in res.events] == [1]
+    letter = res.dead[0]
+    assert letter.reason_code == "invalid_event"
+    assert letter.index_in_batch == 1
+    assert "surrogate" in letter.reason or "unicode string" in letter.reason
+    assert len(res.dead) == 1 + neighbour_bad
+    dump_events(res.events)  # raises on a surrogate
+    for d in res.dead:
+        d.model_dump_json().encode()
+
+
+def test_an_unpaired_surrogate_in_a_single_event_record_is_refused() -> None:
+    bad = _with_text(json.loads(dump_event(span(2, NOW_NS))), "error_message", "\\udfff")
+    res = validate_message(bad, REF, LIMITS, now_ns=NOW_NS)
+    assert res.events == []
+    assert [d.reason_code for d in res.dead] == ["invalid_event"]
+
+
+def test_a_paired_surrogate_escape_is_text_and_passes() -> None:
+    """An escaped pair is one character (here U+1F600): valid Unicode, kept as it was."""
+    ok = _with_text(json.loads(dump_event(span(2, NOW_NS))), "error_message", "a\\ud83d\\ude00b")
+    res = validate_message(b"[" + ok + b"]", REF, LIMITS, now_ns=NOW_NS)
+    assert res.dead == []
+    assert res.events[0].payload.error_message == "a\U0001f600b"  # type: ignore[union-attr]
+    assert validate_message(dump_events(res.events), REF, LIMITS, now_ns=NOW_NS).events == (
+        res.events
+    )
+
+
+def test_a_refused_element_naming_itself_with_a_surrogate_still_gets_a_writable_letter() -> None:
+    doc = json.loads(dump_event(span(2, NOW_NS)))
+    doc["schema"] = "nope/1"
+    doc["event_id"] = "MARK"
+    value = json.dumps([doc]).replace('"MARK"', '"evt\\ud800evt000001"').encode()
+    res = validate_message(value, REF, LIMITS, now_ns=NOW_NS)
+    (letter,) = res.dead
+    assert letter.reason_code == "unknown_schema"
+    assert "\ud800" not in letter.event_id
+    letter.model_dump_json().encode()

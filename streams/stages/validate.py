@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -16,6 +17,7 @@ import faust
 from rankscope.redaction.keys import load_key
 from rankscope.redaction.rules import load_rules
 from rankscope.redaction.stage import RedactionStage, StageResult
+from rankscope.schemas.derived import DeadLetter, RedactionAudit
 from rankscope.schemas.events import Event, dump_events
 from rankscope.schemas.topics import partition_key
 from rankscope.streams.config import RedactionConfig, StreamsConfig
@@ -61,7 +63,6 @@ class ValidateStage:
         config = self.config
         topics = self.topics
         counters = self.counters
-        redact = self.redact
         handoff = self.handoff
         flow = self.flow
         local = self.local_events_partition
@@ -79,6 +80,32 @@ class ValidateStage:
                     handoff.discard(source)
 
             return on_delivery
+
+        async def emit(out: RecordOutputs) -> None:
+            """Send a prepared record's outputs; Kafka's own errors propagate (faust restarts the
+            agent from the last commit: nothing is lost)."""
+            counters.events_valid += out.valid
+            counters.events_quarantined += len(out.quarantined)
+            for key, value in out.quarantined:
+                await topics.quarantine.send(key=key, value=value)
+            for a, value in zip(out.audit, out.audit_values, strict=True):
+                counters.findings_by_entity[a.entity, a.action] += a.count
+                await topics.audit.send(key=a.job_id.encode(), value=value)
+            for key, value, headers, events in out.events:
+                if handoff is None:
+                    await topics.events.send(key=key, value=value, headers=headers)
+                    continue
+                source = headers[0][1]
+                handoff.put(source, value, events)
+                await topics.events.send(
+                    key=key, value=value, headers=headers, callback=delivered(source)
+                )
+                if flow is not None:
+                    flow.after_put()
+            for (key, dead), value in zip(out.dead, out.dead_values, strict=True):
+                counters.dead_letters += 1
+                counters.dead_letters_by_reason[dead.reason_code] += 1
+                await topics.deadletter.send(key=key, value=value)
 
         all_topics = config.topics
 
@@ -116,48 +143,77 @@ class ValidateStage:
                 counters.records_in += 1
                 counters.records_by_topic[msg.topic] += 1
                 counters.otlp_lines_ignored += result.ignored
-                if result.events:
-                    counters.events_valid += len(result.events)
-                    record = f"{msg.topic}:{msg.partition}:{msg.offset}"
-                    redacted = redact(result.events, record)
-                    for q in redacted.quarantined:
-                        counters.events_quarantined += 1
-                        await topics.quarantine.send(
-                            key=q.job_id.encode(), value=q.model_dump_json().encode()
-                        )
-                    for a in redacted.audit:
-                        counters.findings_by_entity[a.entity, a.action] += a.count
-                        await topics.audit.send(
-                            key=a.job_id.encode(), value=a.model_dump_json().encode()
-                        )
-                    if signal is None:
-                        first = result.events[0]
-                        groups = {
-                            msg.key or partition_key(first.job_id, first.node): redacted.events
-                        }
-                    else:
-                        # a Collector batch mixes jobs and has no job key: one record per job
-                        groups = by_partition_key(redacted.events)
-                    for split, (key, events) in enumerate(groups.items()):
-                        value = dump_events(events)
-                        # a raw record validated again (after a crash) is read once downstream
-                        headers = source_headers(msg.topic, msg.partition, msg.offset, split)
-                        if handoff is None:
-                            await topics.events.send(key=key, value=value, headers=headers)
-                            continue
-                        source = headers[0][1]
-                        handoff.put(source, value, events)
-                        await topics.events.send(
-                            key=key, value=value, headers=headers, callback=delivered(source)
-                        )
-                        if flow is not None:
-                            flow.after_put()
-                for dead in result.dead:
-                    counters.dead_letters += 1
-                    counters.dead_letters_by_reason[dead.reason_code] += 1
-                    await topics.deadletter.send(
-                        key=dead.dead_letter_id.encode(), value=dead.model_dump_json().encode()
-                    )
+                await emit(self.outputs_of(msg, signal, result, event.value, ref))
+
+    def outputs_of(
+        self,
+        msg: Any,
+        signal: str | None,
+        result: ValidationResult,
+        value: bytes | None,
+        ref: RecordRef,
+    ) -> RecordOutputs:
+        """The record's outputs, or, when preparing them fails, one internal-error letter.
+
+        A failure here is a bug in redaction or serialisation, never bad input the validator
+        passed on purpose: the record is refused whole (nothing of it was sent), so no record
+        can stop the stage, and it stays on Kafka for a fixed worker to replay.
+        """
+        try:
+            return self.prepare(msg, signal, result)
+        except Exception as exc:
+            log.exception(
+                "validate stage failed on %s:%d:%d after validation",
+                ref.topic, ref.partition, ref.offset,
+            )  # fmt: skip
+            letter = internal_error_letter(value, ref, exc)
+            outputs = RecordOutputs(dead=[(letter.dead_letter_id.encode(), letter)])
+            outputs.serialise()
+            return outputs
+
+    def prepare(self, msg: Any, signal: str | None, result: ValidationResult) -> RecordOutputs:
+        """Everything one record writes, redacted and serialised before any of it is sent."""
+        out = RecordOutputs(dead=[(d.dead_letter_id.encode(), d) for d in result.dead])
+        if result.events:
+            record = f"{msg.topic}:{msg.partition}:{msg.offset}"
+            redacted = self.redact(result.events, record)
+            out.valid = len(result.events)
+            out.quarantined = [
+                (q.job_id.encode(), q.model_dump_json().encode()) for q in redacted.quarantined
+            ]
+            out.audit = redacted.audit
+            if signal is None:
+                first = result.events[0]
+                groups = {msg.key or partition_key(first.job_id, first.node): redacted.events}
+            else:
+                # a Collector batch mixes jobs and has no job key: one record per job
+                groups = by_partition_key(redacted.events)
+            for split, (key, events) in enumerate(groups.items()):
+                # a raw record validated again (after a crash) is read once downstream
+                headers = source_headers(msg.topic, msg.partition, msg.offset, split)
+                out.events.append((key, dump_events(events), headers, events))
+        out.serialise()
+        return out
+
+
+@dataclass
+class RecordOutputs:
+    """What one raw record writes, serialised, so a failure while preparing it sends nothing."""
+
+    dead: list[tuple[bytes, DeadLetter]]
+    valid: int = 0
+    quarantined: list[tuple[bytes, bytes]] = field(default_factory=list)
+    audit: list[RedactionAudit] = field(default_factory=list)
+    #: (key, value, source headers, the parsed events for the handoff)
+    events: list[tuple[bytes, bytes, list[tuple[str, bytes]], list[Event]]] = field(
+        default_factory=list
+    )
+    audit_values: list[bytes] = field(default_factory=list)
+    dead_values: list[bytes] = field(default_factory=list)
+
+    def serialise(self) -> None:
+        self.audit_values = [a.model_dump_json().encode() for a in self.audit]
+        self.dead_values = [d.model_dump_json().encode() for _, d in self.dead]
 
 
 def by_partition_key(events: list[Event]) -> dict[bytes, list[Event]]:
