@@ -99,7 +99,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
     # agent feeds both.
     recovery = DeciderHost(config, topics, counters)
     handoff = ParsedHandoff()  # validate's parsed events, so the windows agent parses them once
-    flow = raw_flow(app, config, handoff, counters)
+    # back-pressure is opt-in (docs/decisions.md): without it, no flow
+    flow = raw_flow(app, config, handoff, counters) if config.backpressure_events else None
     validate = ValidateStage(
         config,
         topics,
@@ -160,7 +161,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         await analysis.tick(now)
         await fleet.tick(now)
         windows.evict_idle(now)
-        flow.tick()
+        if flow is not None:
+            flow.tick()
         if now >= status_due[0]:  # health in the log, once a minute
             status_due[0] = now + STATUS_EVERY_S
             log.warning(
@@ -171,13 +173,20 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         if await snapshots.tick(now):
             windows.ack_settled()  # records the new snapshots include may be acknowledged
 
+    def release_handoff() -> None:
+        """Partitions moved: what the handoff holds may belong to another worker now, and a
+        pause waiting on it ends."""
+        handoff.clear()
+        if flow is not None:
+            flow.reset()
+
     @app.on_partitions_revoked.connect
     async def events_revoked(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
         """Partitions moved away: their analysis and windows belong to the next owner."""
         revoked: set[Any] = args[0] if args else kwargs.get("revoked", set())
         snapshots.forget(revoked)
         windows.forget(revoked)
-        flow.reset()
+        release_handoff()
 
     @app.on_partitions_assigned.connect
     async def events_assigned(sender: Any, /, *args: Any, signal: Any, **kwargs: Any) -> None:
@@ -187,7 +196,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         assigned: set[Any] = args[0] if args else kwargs.get("assigned", set())
         snapshots.forget(assigned)
         windows.forget(assigned)
-        flow.reset()
+        release_handoff()
 
     return app, counters
 
@@ -233,7 +242,7 @@ def raw_flow(
         handoff,
         pause,
         resume,
-        pause_at=config.backpressure_events or handoff.capacity + 1,
+        pause_at=config.backpressure_events,
         resume_at=config.backpressure_events * 4 // 5,
     )
 

@@ -51,9 +51,9 @@ def test_a_redaction_bug_refuses_the_record_whole_with_one_internal_error_letter
     stage.redact = broken
     out = stage.outputs_of(MSG, None, result, value, REF)
     assert out.events == [] and out.valid == 0
-    ((_, letter),) = out.dead
+    ((letter, letter_json),) = out.dead
     assert letter.reason_code == "internal_error" and letter.offset == REF.offset
-    assert "hunter2" not in out.dead_values[0].decode()
+    assert "hunter2" not in letter_json.decode()
 
 
 def test_an_event_that_cannot_be_written_as_utf8_refuses_the_record_instead_of_raising() -> None:
@@ -66,4 +66,4 @@ def test_an_event_that_cannot_be_written_as_utf8_refuses_the_record_instead_of_r
     value = b"(not looked at)"
     out = _stage().outputs_of(MSG, None, ValidationResult(events=[ev]), value, REF)
     assert out.events == []
-    assert [letter.reason_code for _, letter in out.dead] == ["internal_error"]
+    assert [letter.reason_code for letter, _ in out.dead] == ["internal_error"]

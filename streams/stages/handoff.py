@@ -34,10 +34,6 @@ log = logging.getLogger("rankscope.streams")
 #: them). With back-pressure on, the handoff stays under the pause threshold plus what was
 #: already fetched, so the bound only bites when the pause cannot (a parsed event is ~1 KB).
 CAPACITY = 40_000
-#: pause the raw partitions when this many events wait for the local windows agent ...
-PAUSE_AT = 10_000
-#: ... and resume them when the agent has taken all but this many
-RESUME_AT = 4_000
 #: a pause with no take for this long is given up (the windows agent is stuck or gone: the
 #: records held are dropped, the agent parses them when it reads them, the raw topics flow)
 STALL_S = 5.0
@@ -95,7 +91,9 @@ class RawFlow:
     """Back-pressure from the windows agent to the validate agent of one worker.
 
     ``pause`` and ``resume`` stop and restart fetching the worker's raw partitions
-    (``streams/app.py``, ``raw_flow``); records already fetched are still validated.
+    (``streams/app.py``, ``raw_flow``); records already fetched are still validated. Pause when
+    ``pause_at`` events wait for the local windows agent, resume when it has taken all but
+    ``resume_at``.
     """
 
     def __init__(
@@ -103,8 +101,8 @@ class RawFlow:
         handoff: ParsedHandoff,
         pause: Callable[[], None],
         resume: Callable[[], None],
-        pause_at: int = PAUSE_AT,
-        resume_at: int = RESUME_AT,
+        pause_at: int,
+        resume_at: int,
         stall_s: float = STALL_S,
     ) -> None:
         if not 0 <= resume_at < pause_at:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import faust
+from pydantic import BaseModel
 
 from rankscope.redaction.keys import load_key
 from rankscope.redaction.rules import load_rules
@@ -34,6 +35,8 @@ from rankscope.streams.validate import (
 )
 
 log = logging.getLogger("rankscope.streams")
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ValidateStage:
@@ -88,24 +91,24 @@ class ValidateStage:
             counters.events_quarantined += len(out.quarantined)
             for key, value in out.quarantined:
                 await topics.quarantine.send(key=key, value=value)
-            for a, value in zip(out.audit, out.audit_values, strict=True):
+            for a, value in out.audit:
                 counters.findings_by_entity[a.entity, a.action] += a.count
                 await topics.audit.send(key=a.job_id.encode(), value=value)
             for key, value, headers, events in out.events:
-                if handoff is None:
-                    await topics.events.send(key=key, value=value, headers=headers)
-                    continue
-                source = headers[0][1]
-                handoff.put(source, value, events)
+                on_delivery = None
+                if handoff is not None:
+                    source = headers[0][1]
+                    handoff.put(source, value, events)
+                    on_delivery = delivered(source)
                 await topics.events.send(
-                    key=key, value=value, headers=headers, callback=delivered(source)
+                    key=key, value=value, headers=headers, callback=on_delivery
                 )
                 if flow is not None:
                     flow.after_put()
-            for (key, dead), value in zip(out.dead, out.dead_values, strict=True):
+            for dead, value in out.dead:
                 counters.dead_letters += 1
                 counters.dead_letters_by_reason[dead.reason_code] += 1
-                await topics.deadletter.send(key=key, value=value)
+                await topics.deadletter.send(key=dead.dead_letter_id.encode(), value=value)
 
         all_topics = config.topics
 
@@ -166,14 +169,11 @@ class ValidateStage:
                 "validate stage failed on %s:%d:%d after validation",
                 ref.topic, ref.partition, ref.offset,
             )  # fmt: skip
-            letter = internal_error_letter(value, ref, exc)
-            outputs = RecordOutputs(dead=[(letter.dead_letter_id.encode(), letter)])
-            outputs.serialise()
-            return outputs
+            return RecordOutputs(dead=with_json([internal_error_letter(value, ref, exc)]))
 
     def prepare(self, msg: Any, signal: str | None, result: ValidationResult) -> RecordOutputs:
         """Everything one record writes, redacted and serialised before any of it is sent."""
-        out = RecordOutputs(dead=[(d.dead_letter_id.encode(), d) for d in result.dead])
+        out = RecordOutputs(dead=with_json(result.dead))
         if result.events:
             record = f"{msg.topic}:{msg.partition}:{msg.offset}"
             redacted = self.redact(result.events, record)
@@ -181,7 +181,7 @@ class ValidateStage:
             out.quarantined = [
                 (q.job_id.encode(), q.model_dump_json().encode()) for q in redacted.quarantined
             ]
-            out.audit = redacted.audit
+            out.audit = with_json(redacted.audit)
             if signal is None:
                 first = result.events[0]
                 groups = {msg.key or partition_key(first.job_id, first.node): redacted.events}
@@ -192,7 +192,6 @@ class ValidateStage:
                 # a raw record validated again (after a crash) is read once downstream
                 headers = source_headers(msg.topic, msg.partition, msg.offset, split)
                 out.events.append((key, dump_events(events), headers, events))
-        out.serialise()
         return out
 
 
@@ -200,20 +199,22 @@ class ValidateStage:
 class RecordOutputs:
     """What one raw record writes, serialised, so a failure while preparing it sends nothing."""
 
-    dead: list[tuple[bytes, DeadLetter]]
+    #: each letter with its JSON
+    dead: list[tuple[DeadLetter, bytes]]
     valid: int = 0
+    #: (key, JSON) of each quarantined event
     quarantined: list[tuple[bytes, bytes]] = field(default_factory=list)
-    audit: list[RedactionAudit] = field(default_factory=list)
+    #: each audit row with its JSON
+    audit: list[tuple[RedactionAudit, bytes]] = field(default_factory=list)
     #: (key, value, source headers, the parsed events for the handoff)
     events: list[tuple[bytes, bytes, list[tuple[str, bytes]], list[Event]]] = field(
         default_factory=list
     )
-    audit_values: list[bytes] = field(default_factory=list)
-    dead_values: list[bytes] = field(default_factory=list)
 
-    def serialise(self) -> None:
-        self.audit_values = [a.model_dump_json().encode() for a in self.audit]
-        self.dead_values = [d.model_dump_json().encode() for _, d in self.dead]
+
+def with_json(models: list[M]) -> list[tuple[M, bytes]]:
+    """Each model with its JSON, serialised while the record is prepared."""
+    return [(m, m.model_dump_json().encode()) for m in models]
 
 
 def by_partition_key(events: list[Event]) -> dict[bytes, list[Event]]:
