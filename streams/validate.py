@@ -107,7 +107,7 @@ def _validated_as_batch(
         dead.refuse("too_large", _too_many_events(len(events), limits))
     else:
         for i, ev in enumerate(events):
-            _check_time(ev, i, ref, limits, now_ns, result, dead)
+            _accept(ev, i, ref, limits, now_ns, result, dead)
     return True
 
 
@@ -230,7 +230,7 @@ def validate_otlp_message(
     for i, reason in enumerate(decoded.reasons):
         dead.refuse("invalid_event", f"OTLP {what} not mappable: {reason}", i)
     for i, ev in enumerate(decoded.events):
-        _check_time(ev, len(decoded.reasons) + i, ref, limits, now_ns, result, dead)
+        _accept(ev, len(decoded.reasons) + i, ref, limits, now_ns, result, dead)
     dead.summarise()
     return result
 
@@ -266,10 +266,10 @@ def _validate_element(
             "invalid_event", f"{schema} event is invalid: {describe_errors(exc)}", index, elem
         )
         return
-    _check_time(ev, index, ref, limits, now_ns, result, dead)
+    _accept(ev, index, ref, limits, now_ns, result, dead)
 
 
-def _check_time(
+def _accept(
     ev: Event,
     index: int,
     ref: RecordRef,
@@ -278,10 +278,9 @@ def _check_time(
     result: ValidationResult,
     dead: _DeadLetters,
 ) -> None:
-    """Refuse events whose time is implausible relative to when Kafka got them.
-
-    The reference is the record timestamp (stable under replay), or the worker clock.
-    """
+    """Accept a valid event, or refuse it: its time implausible relative to when Kafka got it
+    (the reference is the record timestamp, stable under replay, or the worker clock), or its
+    text not Unicode."""
     reference = ref.timestamp_ns or now_ns
     delta_s = (ev.ts - reference) / 1e9
     if -limits.max_past_s <= delta_s <= limits.max_future_s:
