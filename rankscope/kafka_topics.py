@@ -8,6 +8,7 @@ only what is safe to apply online (configs, more partitions) and only when the o
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -24,6 +25,7 @@ from confluent_kafka.admin._config import (  # re-exported by the package withou
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 from pydantic import BaseModel, ConfigDict
+from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential_jitter
 
 from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.schemas.topics import MANAGED_CONFIGS, TopicSpec
@@ -114,29 +116,98 @@ def create_topics(
     return submit_new_topics(admin, new, bootstrap, timeout_s)
 
 
+#: errors of one CreateTopics round that a later round can get past: librdkafka drops the
+#: bootstrap broker handles once metadata names the brokers (a request in flight on one fails
+#: with _DESTROY_BROKER), a freshly started KRaft cluster may not have a controller yet, and a
+#: broker may be restarting. Anything else (bad config, no authorisation) is final.
+_TRANSIENT_CREATE_ERRORS = frozenset(
+    {
+        KafkaError._DESTROY_BROKER,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._WAIT_COORD,
+        KafkaError.NOT_CONTROLLER,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError.BROKER_NOT_AVAILABLE,
+        KafkaError.LEADER_NOT_AVAILABLE,
+    }
+)
+
+
+class _TransientCreateError(Exception):
+    """Some topics of a round failed with an error of :data:`_TRANSIENT_CREATE_ERRORS`."""
+
+
+def _is_transient(error: KafkaError) -> bool:
+    return error.code() in _TRANSIENT_CREATE_ERRORS or error.retriable()
+
+
 def submit_new_topics(
     admin: AdminClient, new: list[NewTopic], bootstrap: str, timeout_s: float
 ) -> CreateReport:
     """Create ``new`` (topics already there are reported, not an error) and wait until
-    metadata lists every one: the one create path, for the table's topics and ad-hoc ones."""
+    metadata lists every one: the one create path, for the table's topics and ad-hoc ones.
+
+    A round whose failures are all transient is repeated for the topics it did not settle,
+    until ``timeout_s``; a topic that a repeated round finds existing counts as created (the
+    earlier round's request reached the controller before its answer was lost)."""
     if not new:
         return CreateReport(created=[], existing=[])
     deadline = time.monotonic() + timeout_s
-    futures = admin.create_topics(new, operation_timeout=timeout_s, request_timeout=timeout_s)
-    created: list[str] = []
-    existing: list[str] = []
-    for name, future in futures.items():
-        try:
-            future.result(timeout=max(1.0, deadline - time.monotonic()))
-            created.append(name)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
-                existing.append(name)
-                continue
-            raise TopicAdminError(f"creating topic {name!r} on {bootstrap} failed: {exc}") from exc
-        except TimeoutError as exc:
-            raise TopicAdminError(f"creating topic {name!r} on {bootstrap} timed out") from exc
+    created: set[str] = set()
+    existing: set[str] = set()
+    pending = {t.topic: t for t in new}
+    retried: set[str] = set()
+
+    def one_round() -> None:
+        remaining = max(1.0, deadline - time.monotonic())
+        # metadata first: the bootstrap handles are replaced before CreateTopics is in flight
+        with contextlib.suppress(KafkaException):  # the create below reports what is wrong
+            admin.list_topics(timeout=min(5.0, remaining))
+        futures = admin.create_topics(
+            list(pending.values()), operation_timeout=remaining, request_timeout=remaining
+        )
+        transient: list[str] = []
+        for name, future in futures.items():
+            try:
+                future.result(timeout=max(1.0, deadline - time.monotonic()))
+                created.add(name)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not isinstance(error, KafkaError):
+                    raise TopicAdminError(
+                        f"creating topic {name!r} on {bootstrap} failed: {exc}"
+                    ) from exc
+                if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                    (created if name in retried else existing).add(name)
+                elif _is_transient(error):
+                    transient.append(f"{name}: {error.str()}")
+                    retried.add(name)
+                    continue
+                else:
+                    raise TopicAdminError(
+                        f"creating topic {name!r} on {bootstrap} failed: {error.str()}"
+                    ) from exc
+            except TimeoutError as exc:
+                raise TopicAdminError(f"creating topic {name!r} on {bootstrap} timed out") from exc
+            pending.pop(name, None)
+        if transient:
+            raise _TransientCreateError("; ".join(transient))
+
+    try:
+        for attempt in Retrying(
+            retry=retry_if_exception_type(_TransientCreateError),
+            stop=stop_before_delay(timeout_s),
+            wait=wait_exponential_jitter(multiplier=0.2, max=2.0, jitter=0.2),
+            reraise=True,
+        ):
+            with attempt:
+                one_round()
+    except _TransientCreateError as exc:
+        raise TopicAdminError(
+            f"creating topics on {bootstrap} did not succeed in {timeout_s:.0f} s: {exc}"
+        ) from exc
     _wait_listed(admin, bootstrap, [t.topic for t in new], deadline, timeout_s)
     return CreateReport(created=sorted(created), existing=sorted(existing))
 
