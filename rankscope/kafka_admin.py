@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 
-from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
+from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
 
 from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.kafka_topics import create_topics
@@ -29,8 +35,32 @@ def create_pipeline_topics(
     create_topics(bootstrap, topic_specs(topics, partitions), timeout_s, security)
 
 
-#: coordinator moving or loading (normal right after a broker or group starts)
-_COORDINATOR_ERRORS = frozenset({14, 15, 16})
+#: answers that mean "not known yet", not "wrong": a coordinator moving or loading (right after
+#: a broker or group starts), and a partition whose leader just moved (after a broker died the
+#: new leader refuses its high watermark until the dead replica leaves the in-sync set, up to
+#: ``replica.lag.time.max.ms``), or a request lost with its connection
+_TRANSIENT_LAG_ERRORS = frozenset(
+    {
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+)
+
+
+def transient_lag_error(exc: BaseException) -> bool:
+    """Whether ``exc`` from a lag probe is worth asking again (:data:`_TRANSIENT_LAG_ERRORS`)."""
+    if not isinstance(exc, KafkaException):
+        return False
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, KafkaError):
+        return False
+    return err.code() in _TRANSIENT_LAG_ERRORS or err.retriable()
 
 
 def group_lag(
@@ -38,25 +68,23 @@ def group_lag(
     group_id: str,
     topic_names: list[str],
     timeout_s: float = 10,
-    attempts: int = 5,
+    retry_s: float = 30,
     security: KafkaSecurity | None = None,
 ) -> int:
     """Records on ``topic_names`` not yet committed by ``group_id`` (uncommitted = all).
 
-    Retries the transient errors a freshly started broker answers with (coordinator not
-    available / not coordinator / load in progress) instead of failing the caller.
+    Asks again, for up to ``retry_s``, while the cluster answers with an error of
+    :data:`_TRANSIENT_LAG_ERRORS` instead of failing the caller; any other error is raised.
     """
-    for attempt in range(attempts):
-        try:
+    for attempt in Retrying(
+        retry=retry_if_exception(transient_lag_error),
+        stop=stop_after_delay(retry_s),
+        wait=wait_exponential_jitter(multiplier=0.2, max=2.0, jitter=0.2),
+        reraise=True,
+    ):
+        with attempt:
             return _group_lag_once(bootstrap, group_id, topic_names, timeout_s, security)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            code = err.code() if err is not None else None
-            retriable = code in _COORDINATOR_ERRORS or getattr(err, "retriable", lambda: False)()
-            if attempt == attempts - 1 or not retriable:
-                raise
-            time.sleep(0.2 * 2**attempt)
-    raise AssertionError("unreachable")
+    raise AssertionError("unreachable")  # reraise=True: the last error propagates
 
 
 def _group_lag_once(
