@@ -12,8 +12,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential_jitter
+from tenacity import retry_if_exception
 
+from rankscope.kafka_retry import is_transient, kafka_error, retry_within
 from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.kafka_topics import create_topics
 from rankscope.schemas.topics import Topics, topic_specs
@@ -55,12 +56,8 @@ _TRANSIENT_LAG_ERRORS = frozenset(
 
 def transient_lag_error(exc: BaseException) -> bool:
     """Whether ``exc`` from a lag probe is worth asking again (:data:`_TRANSIENT_LAG_ERRORS`)."""
-    if not isinstance(exc, KafkaException):
-        return False
-    err = exc.args[0] if exc.args else None
-    if not isinstance(err, KafkaError):
-        return False
-    return err.code() in _TRANSIENT_LAG_ERRORS or err.retriable()
+    error = kafka_error(exc)
+    return error is not None and is_transient(error, _TRANSIENT_LAG_ERRORS)
 
 
 def group_lag(
@@ -76,15 +73,9 @@ def group_lag(
     Asks again, for up to ``retry_s``, while the cluster answers with an error of
     :data:`_TRANSIENT_LAG_ERRORS` instead of failing the caller; any other error is raised.
     """
-    for attempt in Retrying(
-        retry=retry_if_exception(transient_lag_error),
-        stop=stop_after_delay(retry_s),
-        wait=wait_exponential_jitter(multiplier=0.2, max=2.0, jitter=0.2),
-        reraise=True,
-    ):
-        with attempt:
-            return _group_lag_once(bootstrap, group_id, topic_names, timeout_s, security)
-    raise AssertionError("unreachable")  # reraise=True: the last error propagates
+    return retry_within(retry_s, retry_if_exception(transient_lag_error))(
+        _group_lag_once, bootstrap, group_id, topic_names, timeout_s, security
+    )
 
 
 def _group_lag_once(

@@ -25,8 +25,9 @@ from confluent_kafka.admin._config import (  # re-exported by the package withou
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 from pydantic import BaseModel, ConfigDict
-from tenacity import Retrying, retry_if_exception_type, stop_before_delay, wait_exponential_jitter
+from tenacity import retry_if_exception_type
 
+from rankscope.kafka_retry import is_transient, kafka_error, retry_within
 from rankscope.kafka_security import KafkaSecurity, kafka_config
 from rankscope.schemas.topics import MANAGED_CONFIGS, TopicSpec
 from rankscope.services import ServiceError
@@ -139,10 +140,6 @@ class _TransientCreateError(Exception):
     """Some topics of a round failed with an error of :data:`_TRANSIENT_CREATE_ERRORS`."""
 
 
-def _is_transient(error: KafkaError) -> bool:
-    return error.code() in _TRANSIENT_CREATE_ERRORS or error.retriable()
-
-
 def submit_new_topics(
     admin: AdminClient, new: list[NewTopic], bootstrap: str, timeout_s: float
 ) -> CreateReport:
@@ -174,14 +171,14 @@ def submit_new_topics(
                 future.result(timeout=max(1.0, deadline - time.monotonic()))
                 created.add(name)
             except KafkaException as exc:
-                error = exc.args[0] if exc.args else None
-                if not isinstance(error, KafkaError):
+                error = kafka_error(exc)
+                if error is None:
                     raise TopicAdminError(
                         f"creating topic {name!r} on {bootstrap} failed: {exc}"
                     ) from exc
                 if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                     (created if name in retried else existing).add(name)
-                elif _is_transient(error):
+                elif is_transient(error, _TRANSIENT_CREATE_ERRORS):
                     transient.append(f"{name}: {error.str()}")
                     retried.add(name)
                     continue
@@ -196,14 +193,7 @@ def submit_new_topics(
             raise _TransientCreateError("; ".join(transient))
 
     try:
-        for attempt in Retrying(
-            retry=retry_if_exception_type(_TransientCreateError),
-            stop=stop_before_delay(timeout_s),
-            wait=wait_exponential_jitter(multiplier=0.2, max=2.0, jitter=0.2),
-            reraise=True,
-        ):
-            with attempt:
-                one_round()
+        retry_within(timeout_s, retry_if_exception_type(_TransientCreateError))(one_round)
     except _TransientCreateError as exc:
         raise TopicAdminError(
             f"creating topics on {bootstrap} did not succeed in {timeout_s:.0f} s: {exc}"

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -460,8 +460,12 @@ class LocalKafka:
             f"--- {self.stdout_log} ---\n{tail(self.stdout_log, 20)}"
         )
 
-    def wait_ready(self, timeout_s: float = 60) -> None:
-        """Until this node is listed as a broker by its own listener (stopped after timeout_s)."""
+    def wait_ready(self, timeout_s: float = 60, brokers: Collection[int] = ()) -> None:
+        """Until this node's own listener lists it and every node id of ``brokers`` as brokers
+        (stopped after timeout_s). A cluster waits for all its nodes: a node's view can lag the
+        quorum's, and a topic with replication factor N is refused (finally, as
+        INVALID_REPLICATION_FACTOR) where fewer than N brokers are listed."""
+        wanted = {self.node_id, *brokers}
         deadline = time.monotonic() + timeout_s
         admin: AdminClient | None = None
         while True:
@@ -477,7 +481,7 @@ class LocalKafka:
             if admin is not None:
                 remaining = max(0.5, min(2.0, deadline - time.monotonic()))
                 with contextlib.suppress(KafkaException):
-                    if self.node_id in admin.list_topics(timeout=remaining).brokers:
+                    if wanted <= admin.list_topics(timeout=remaining).brokers.keys():
                         return
             if time.monotonic() >= deadline:
                 logs = self._logs()

@@ -9,7 +9,6 @@ ready). Every node keeps its ports and data directory across :meth:`kill` and :m
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import tempfile
 import time
@@ -18,11 +17,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
-
-from rankscope.kafka_security import kafka_config
-from rankscope.services import ServiceError
 from rankscope.services._common import Progress, free_port
 from rankscope.services.kafka import HOST, KAFKA_VERSION, LocalKafka, new_cluster_id
 
@@ -100,38 +94,18 @@ class LocalKafkaCluster:
         return ",".join(node.bootstrap for node in self.nodes)
 
     def start(self, timeout_s: float = 120) -> Self:
-        """Launch every node that is not running, then wait until each one is ready."""
+        """Launch every node that is not running, then wait until each one lists them all."""
         for node in self.nodes:
             node.launch()
         deadline = time.monotonic() + timeout_s
+        everyone = [node.node_id for node in self.nodes]
         try:
             for node in self.nodes:
-                node.wait_ready(max(1.0, deadline - time.monotonic()))
-            self._wait_every_node_sees_all(deadline)
+                node.wait_ready(max(1.0, deadline - time.monotonic()), brokers=everyone)
         except BaseException:
             self.stop()
             raise
         return self
-
-    def _wait_every_node_sees_all(self, deadline: float) -> None:
-        """Until each node's metadata lists every broker: a node is ready once it lists itself,
-        but a topic with replication factor N can be created only where all N are registered
-        (before that the controller refuses it with INVALID_REPLICATION_FACTOR)."""
-        wanted = {node.node_id for node in self.nodes}
-        for node in self.nodes:
-            admin = AdminClient(kafka_config(node.bootstrap, node.admin_security))
-            while True:
-                remaining = deadline - time.monotonic()
-                with contextlib.suppress(KafkaException):
-                    listed = admin.list_topics(timeout=max(0.5, min(2.0, remaining)))
-                    if wanted <= set(listed.brokers):
-                        break
-                if remaining <= 0:
-                    raise ServiceError(
-                        f"Kafka node {node.node_id} on {node.bootstrap} did not list brokers "
-                        f"{sorted(wanted)} in time"
-                    )
-                time.sleep(0.2)
 
     def kill(self, i: int) -> LocalKafka:
         """SIGKILL node ``i`` (0-based); its data directory and ports are kept."""
