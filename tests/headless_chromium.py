@@ -10,10 +10,12 @@ each request that is not ``file:`` or ``data:`` before it leaves the machine.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -21,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_fixed
 
 LOCAL_SCHEMES = ("file:", "data:", "about:")
 
@@ -167,7 +171,8 @@ def load_page(
         os.dup2(to_r, 3)
         os.dup2(from_w, 4)
 
-    with tempfile.TemporaryDirectory(prefix="rankscope-chromium-") as profile:
+    profile = tempfile.mkdtemp(prefix="rankscope-chromium-")
+    try:
         args = [
             chromium,
             "--headless",
@@ -192,6 +197,7 @@ def load_page(
             stderr=subprocess.DEVNULL,
             preexec_fn=wire_fds,  # noqa: PLW1509 (the fds must be exactly 3 and 4)
             pass_fds=(3, 4),  # kept open by the close_fds pass that runs after wire_fds
+            start_new_session=True,  # its helper processes share one group, ended with it
         )
         os.close(to_r)
         os.close(from_w)
@@ -206,6 +212,22 @@ def load_page(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            # helpers outlive the browser process and still write to the profile (a clean
+            # clone's run once failed removing it: "Directory not empty: 'Default'")
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+    finally:
+        _remove(profile)
+
+
+def _remove(directory: str) -> None:
+    """Remove ``directory``; a helper killed a moment ago may still be finishing a write."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(OSError), stop=stop_after_attempt(10), wait=wait_fixed(0.1),
+        reraise=True,
+    ):  # fmt: skip
+        with attempt:
+            shutil.rmtree(directory)
 
 
 def _drive(pipe: _Pipe, page: Path, width: int, height: int, deadline: float) -> PageLoad:
