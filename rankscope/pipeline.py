@@ -88,6 +88,8 @@ class PipelineConfig:
     sink_max_batch_rows: int = 50_000
     #: stream worker processes in the one consumer group (they share the partitions)
     workers: int = 1
+    #: `rankscope validator` processes (0: the workers validate the raw topics themselves)
+    validators: int = 0
     #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
     env: dict[str, str] = field(default_factory=dict)
     #: extra environment for the sink alone (its ClickHouse login, as password files)
@@ -106,6 +108,11 @@ class PipelineConfig:
     @property
     def streams_group(self) -> str:
         return f"{self.topic_prefix}-streams"
+
+    @property
+    def validate_group(self) -> str:
+        """The group that commits the raw topics: the workers', or the validators' own."""
+        return f"{self.streams_group}-validate" if self.validators else self.streams_group
 
     @property
     def sink_group(self) -> str:
@@ -128,6 +135,16 @@ class Pipeline:
         logs = config.home / "logs"
         cli = [sys.executable, "-m", "rankscope"]
         self.workers = [self._worker(i) for i in range(1, config.workers + 1)]
+        self.validators = [
+            StageProcess(
+                f"validator-{i}",
+                [*cli, "validator", *config.common_args(), "--metrics-port", "-1"],
+                logs / f"validator-{i}.log",
+                dict(config.env),
+                security=config.stage_security.get("worker"),
+            )
+            for i in range(1, config.validators + 1)
+        ]
         self.sink = StageProcess(
             "sink",
             [
@@ -162,11 +179,14 @@ class Pipeline:
         """Stream worker ``i`` (from 1): worker 1 logs to worker.log, the others (one consumer
         group) to worker-N.log, each with its own scratch directory."""
         config = self.config
+        env = {**config.env, "RANKSCOPE_WORKER_DATA_DIR": str(config.home / f"faust-{i}")}
+        if config.validators:  # the validators read the raw topics
+            env["RANKSCOPE_WORKER_VALIDATE"] = "false"
         return StageProcess(
             "worker" if i == 1 else f"worker-{i}",
             [sys.executable, "-m", "rankscope", "worker", *config.common_args()],
             config.home / "logs" / ("worker.log" if i == 1 else f"worker-{i}.log"),
-            {**config.env, "RANKSCOPE_WORKER_DATA_DIR": str(config.home / f"faust-{i}")},
+            env,
             security=config.stage_security.get("worker"),
         )
 
@@ -178,6 +198,8 @@ class Pipeline:
         return worker
 
     def start(self) -> None:
+        for validator in self.validators:
+            validator.start()
         for worker in self.workers:
             worker.start()
         self.sink.start()
@@ -193,6 +215,8 @@ class Pipeline:
         self.sink.stop()
         for worker in self.workers:
             worker.stop()
+        for validator in self.validators:
+            validator.stop()
 
     def __enter__(self) -> Pipeline:
         self.start()
@@ -205,12 +229,19 @@ class Pipeline:
         """(stream worker lag on raw+events topics, sink lag on its topics)."""
         t = self.config.topics
         sec = self.config.security
-        worker = group_lag(
-            self.config.bootstrap,
-            self.config.streams_group,
-            [*t.all_raw, t.events],
-            security=sec,
-        )
+        if self.config.validators:  # raw lag is the validators' group's
+            worker = group_lag(
+                self.config.bootstrap, self.config.validate_group, t.all_raw, security=sec
+            ) + group_lag(
+                self.config.bootstrap, self.config.streams_group, [t.events], security=sec
+            )
+        else:
+            worker = group_lag(
+                self.config.bootstrap,
+                self.config.streams_group,
+                [*t.all_raw, t.events],
+                security=sec,
+            )
         sink = group_lag(
             self.config.bootstrap,
             self.config.sink_group,
@@ -249,13 +280,15 @@ class Pipeline:
         """
         deadline = time.monotonic() + timeout_s
         live = [w for w in self.workers if w.proc is not None and not w.killed]
-        while not group_stable(
-            self.config.bootstrap,
-            self.config.streams_group,
-            len(live),
-            security=self.config.security,
+        validators = [v for v in self.validators if v.proc is not None and not v.killed]
+        groups = [(self.config.streams_group, len(live))]
+        if validators:
+            groups.append((self.config.validate_group, len(validators)))
+        while not all(
+            group_stable(self.config.bootstrap, group, n, security=self.config.security)
+            for group, n in groups
         ):
-            for worker in live:
+            for worker in (*live, *validators):
                 if not worker.alive:
                     raise RuntimeError(
                         f"the {worker.name} process exited; log:\n{worker.log_tail()}"
@@ -276,7 +309,7 @@ class Pipeline:
         deadline = time.monotonic() + timeout_s
         zeros = 0
         while True:
-            running = [w for w in self.workers if not w.killed]
+            running = [w for w in (*self.validators, *self.workers) if not w.killed]
             others = (self.sink, self.actuators) if self.config.actuators else (self.sink,)
             for stage in (*running, *others):
                 if not stage.alive:

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
     #: topics (0, the default: never; opt-in: less CPU in a backlog, rows stored later);
     #: resumes at 80% of it
     worker_backpressure_events: int = 0
+    #: validate the raw topics in the faust worker (default); false: `rankscope validator`
+    #: processes do it (a confluent-kafka loop, less CPU per event) and the worker reads events
+    worker_validate: bool = True
     #: seconds between snapshots of the analysis state of a busy partition
     worker_snapshot_interval_s: float = 15.0
     #: seconds a job's events must have stopped before its analysis is flushed
@@ -114,6 +117,7 @@ class Settings(BaseSettings):
             fetch_max_bytes=self.worker_fetch_max_bytes,
             output_compression=self.worker_output_compression,
             backpressure_events=self.worker_backpressure_events,
+            validate_in_worker=self.worker_validate,
             analysis_flush_idle_s=self.worker_flush_idle_s,
             raw_topic_prefix=self.raw_topic_prefix,
             otlp_traces_topics=self.otlp_traces_topics,

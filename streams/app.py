@@ -119,7 +119,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         counters,
         to_decider=recovery.to_decider,
         highwater=highwater,
-        upstream=RawProgress(config.bootstrap, config.app_id),
+        upstream=RawProgress(config.bootstrap, config.validate_group_id),
         baselines=BaselineBook(BaselineFeed(config.bootstrap, config.topics.baselines)),
     )
 
@@ -136,13 +136,15 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         analysis=analysis,
         recovery=recovery,
         snapshots=snapshots,
-        handoff=handoff,
+        # without the validate agent nothing is handed over: every events record is parsed
+        handoff=handoff if config.validate_in_worker else None,
         flow=flow,
     )
 
     # Registered in this order: the validate agent, the decider's agent and its revoke
     # handler, the windows agent and the one-second timer.
-    validate.register(app)
+    if config.validate_in_worker:  # else `rankscope validator` processes do it
+        validate.register(app)
     recovery.register(app)
     windows.register(app)
     fleet.register(app)  # fleet drift: inventories forwarded to one partition, one view

@@ -167,6 +167,14 @@ class StreamsConfig(BaseModel):
         "rows reached ClickHouse ~1.6x later and the findings were not sooner (docs/decisions.md, "
         "'Back-pressure is opt-in'). Findings do not depend on it.",
     )
+    validate_in_worker: bool = Field(
+        default=True,
+        description="Validate and redact the raw topics in this faust worker (the default). "
+        "False: the worker reads only <p>.events and its own topics, and `rankscope validator` "
+        "processes (a confluent-kafka loop, about half the CPU per event of the faust agent) "
+        "validate the raw topics in their own consumer group (validate_group_id). Findings do "
+        "not depend on it: the analysis reads the same events log either way.",
+    )
     windows: WindowConfig = WindowConfig()
     state: StateConfig = StateConfig()
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
@@ -209,6 +217,13 @@ class StreamsConfig(BaseModel):
         description="Topics an OpenTelemetry Collector's Kafka exporter writes logs to "
         "(its logs::topic).",
     )
+
+    @property
+    def validate_group_id(self) -> str:
+        """The consumer group whose committed raw offsets say what has been validated: the
+        faust app's own group, or the validators' (a group of their own: a faust group and a
+        plain consumer group cannot share members, their assignment protocols differ)."""
+        return self.app_id if self.validate_in_worker else f"{self.app_id}-validate"
 
     @property
     def topics(self) -> Topics:

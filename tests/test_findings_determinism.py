@@ -10,11 +10,13 @@ different fetch size. Compared: ids, types and causes, nodes, ranks and event ti
 from __future__ import annotations
 
 import multiprocessing as mp
+import threading
 import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from rankscope.evaluate import publish_suite, rebase
 from rankscope.pipeline import Pipeline, PipelineConfig
@@ -191,3 +193,63 @@ def test_a_worker_held_back_by_its_own_windows_agent_loses_and_repeats_nothing(
     stored_rows, stored_ids = client.query(f"SELECT {count}, {distinct}").result_rows[0]
     assert (stored_rows, stored_ids) == (published, published)
     assert stored(cfg) == expected
+
+
+def test_validators_beside_the_worker_lose_nothing_and_find_what_the_log_says(
+    pipeline_config: PipelineConfig,
+    expected: tuple[set[DetectionKey], set[IncidentKey]],
+) -> None:
+    """`rankscope validator` (two, in their own group) validates the raw topics while the worker
+    reads only the events topic; one validator is SIGKILLed mid-stream and started again. Every
+    published event is stored once and the findings are the log's, as with the worker alone."""
+    cfg = replace(pipeline_config, validators=2, env={"RANKSCOPE_WORKER_SESSION_TIMEOUT_S": "8"})
+    with Pipeline(cfg) as pipeline:
+        pipeline.wait_ready()
+        runs: dict[str, Any] = {}
+        player = threading.Thread(
+            target=lambda: runs.update(publish_suite(cfg.bootstrap, cfg.topic_prefix, CASES, 10))
+        )
+        player.start()
+        deadline = time.monotonic() + 120
+        while _events_written(cfg) < 20 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert player.is_alive(), "the suite was published before the kill"
+        pipeline.validators[0].kill()
+        pipeline.validators[0].start()
+        player.join()
+        pipeline.wait_drained(timeout_s=300)
+    published = sum(n for _, _, n in runs.values())
+    client = connect(cfg.clickhouse_url)
+    tables = sorted({spec.table for spec in EVENT_TABLES.values()})
+    visible = " + ".join(f"(SELECT count() FROM {cfg.database}.{t} FINAL)" for t in tables)
+    distinct = " + ".join(f"(SELECT uniqExact(event_id) FROM {cfg.database}.{t})" for t in tables)
+    assert tuple(client.query(f"SELECT {visible}, {distinct}").result_rows[0]) == (
+        published,
+        published,
+    )
+    # the validators did the raw topics, not the worker: its group committed none of them
+    assert _raw_committed(cfg, cfg.streams_group) == []
+    assert len(_raw_committed(cfg, cfg.validate_group)) == 2
+    assert stored(cfg) == expected
+
+
+def _events_written(cfg: PipelineConfig) -> int:
+    """Records on the events topic so far (what the validators produced)."""
+    consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": "test-watermarks"})
+    try:
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(cfg.topics.events, p), timeout=10)[1]
+            for p in range(2)
+        )
+    finally:
+        consumer.close()
+
+
+def _raw_committed(cfg: PipelineConfig, group: str) -> list[int]:
+    """The raw partitions' offsets ``group`` committed (those it has not are left out)."""
+    consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": group})
+    try:
+        tps = [TopicPartition(cfg.topics.raw, p) for p in range(2)]
+        return [tp.offset for tp in consumer.committed(tps, timeout=10) if tp.offset >= 0]
+    finally:
+        consumer.close()

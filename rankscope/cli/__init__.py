@@ -88,6 +88,7 @@ def _global(
 
 
 app.command()(stages.worker)
+app.command()(stages.validator)
 app.command()(stages.sink)
 app.command()(database.migrate)
 app.command()(database.query)

@@ -47,6 +47,24 @@ def worker(
     run_worker(cfg.model_copy(update={"log_level": log_level}), port_or_off(metrics_port))
 
 
+def validator(
+    bootstrap: BootstrapOpt = None,
+    home: HomeOpt = DEFAULT_HOME,
+    prefix: PrefixOpt = DEFAULT_PREFIX,
+    metrics_port: MetricsPortOpt = METRICS_PORTS["validator"],
+) -> None:
+    """Run a validator in the foreground: the worker's validate stage (validation, redaction,
+    dead letters) on a confluent-kafka loop, about half the worker's CPU per event. Use it with
+    workers started with RANKSCOPE_WORKER_VALIDATE=false; validators sharing --topic-prefix
+    split the raw partitions in a group of their own."""
+    from rankscope.streams.validate_loop import run_validator
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
+    broker = bootstrap or local_bootstrap(home)
+    cfg = make_settings(home, broker, prefix=prefix).streams(broker)
+    run_validator(cfg.model_copy(update={"validate_in_worker": False}), port_or_off(metrics_port))
+
+
 def sink(
     bootstrap: BootstrapOpt = None,
     clickhouse_url: ClickHouseOpt = None,

@@ -91,10 +91,13 @@ def serve_role(
     return serve(metrics, health, port)
 
 
-def serve_worker(counters: StageCounters, bootstrap: str, port: int) -> MetricsServer | None:
+def serve_worker(
+    counters: StageCounters, bootstrap: str, port: int, role: str = "worker"
+) -> MetricsServer | None:
     """The worker's endpoint: alive while its one-second timer runs, ready while the broker
-    answers; window close delays observed into the histogram from now on."""
-    metrics = ProcessMetrics("worker")
+    answers; window close delays observed into the histogram from now on. A validator
+    (``role="validator"``) serves the same counters: only the validate stage's move."""
+    metrics = ProcessMetrics(role)
     delays = metrics.histogram("rankscope_worker_window_close_delay_seconds")
     counters.observe_close_delay = delays.observe
     health = Health([BrokerProbe(bootstrap)], last_beat=lambda: counters.ticked)

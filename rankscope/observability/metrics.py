@@ -22,7 +22,13 @@ from prometheus_client.registry import Collector
 __all__ = ["DEFAULT_PORTS", "METRICS", "MetricSpec", "ProcessMetrics", "Sample", "markdown_table"]
 
 #: where each long-running role listens unless told otherwise (``--metrics-port``; -1: off)
-DEFAULT_PORTS = {"worker": 9481, "sink": 9482, "agent": 9483, "runner": 9484}
+DEFAULT_PORTS = {
+    "worker": 9481,
+    "sink": 9482,
+    "agent": 9483,
+    "runner": 9484,
+    "validator": 9485,
+}
 
 Kind = Literal["counter", "gauge", "histogram"]
 #: (metric name as declared, label values in the declared order, value)

@@ -40,12 +40,13 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class ValidateStage:
-    """Owns the redaction stage; registers the ``<app_id>.validate`` agent on the raw topics."""
+    """Owns the redaction stage; ``process`` turns a raw record into its outputs, ``register``
+    adds the faust agent that sends them (``streams/validate_loop.py`` is the other sender)."""
 
     def __init__(
         self,
         config: StreamsConfig,
-        topics: StageTopics,
+        topics: StageTopics | None,
         counters: StageCounters,
         handoff: ParsedHandoff | None = None,
         flow: RawFlow | None = None,
@@ -65,11 +66,10 @@ class ValidateStage:
     def register(self, app: faust.App) -> None:
         config = self.config
         topics = self.topics
-        counters = self.counters
+        assert topics is not None, "the faust agent sends to the app's topics"
         handoff = self.handoff
         flow = self.flow
         local = self.local_events_partition
-        limits = config.limits
 
         def delivered(source: bytes) -> Callable[[Any], None]:
             """On delivery: an events record another worker reads is not held for this one."""
@@ -87,12 +87,10 @@ class ValidateStage:
         async def emit(out: RecordOutputs) -> None:
             """Send a prepared record's outputs; Kafka's own errors propagate (faust restarts the
             agent from the last commit: nothing is lost)."""
-            counters.events_valid += out.valid
-            counters.events_quarantined += len(out.quarantined)
+            self.count_outputs(out)
             for key, value in out.quarantined:
                 await topics.quarantine.send(key=key, value=value)
             for a, value in out.audit:
-                counters.findings_by_entity[a.entity, a.action] += a.count
                 await topics.audit.send(key=a.job_id.encode(), value=value)
             for key, value, headers, events in out.events:
                 on_delivery = None
@@ -106,47 +104,68 @@ class ValidateStage:
                 if flow is not None:
                     flow.after_put()
             for dead, value in out.dead:
-                counters.dead_letters += 1
-                counters.dead_letters_by_reason[dead.reason_code] += 1
                 await topics.deadletter.send(key=dead.dead_letter_id.encode(), value=value)
-
-        all_topics = config.topics
 
         @app.agent(topics.raw, name=f"{config.app_id}.validate")
         async def validate(stream: faust.StreamT[bytes]) -> None:
             """Every raw record ends as valid events downstream, dead letters, or both."""
             async for event in stream.events():
                 msg = event.message
-                ref = RecordRef(
+                record = RawRecord(
                     topic=msg.topic,
                     partition=msg.partition,
                     offset=msg.offset,
                     timestamp_ns=int((msg.timestamp or 0) * 1e9),
+                    key=msg.key,
+                    value=event.value,
+                    headers=header_pairs(msg.headers),
                 )
-                result: ValidationResult
-                signal = all_topics.otlp_signal(msg.topic)
-                try:
-                    if signal is not None:
-                        result = validate_otlp_message(
-                            event.value,
-                            ref,
-                            limits,
-                            signal=signal,
-                            content_type=content_type_of(_header_pairs(msg.headers)),
-                        )
-                    else:
-                        result = validate_message(event.value, ref, limits)
-                except Exception as exc:
-                    # A validator bug, never bad input: record it and go on, so no record can
-                    # stop the stage (the record stays on Kafka for a fixed worker to replay).
-                    log.exception(
-                        "validator failed on %s:%d:%d", ref.topic, ref.partition, ref.offset
-                    )
-                    result = ValidationResult(dead=[internal_error_letter(event.value, ref, exc)])
-                counters.records_in += 1
-                counters.records_by_topic[msg.topic] += 1
-                counters.otlp_lines_ignored += result.ignored
-                await emit(self.outputs_of(msg, signal, result, event.value, ref))
+                await emit(self.process(record))
+
+    def process(self, record: RawRecord) -> RecordOutputs:
+        """One raw record's outputs, whoever sends them (the faust agent, ``ValidateLoop``).
+
+        Never raises: a validator bug becomes an internal-error letter, so no record can stop
+        the stage (the record stays on Kafka for a fixed worker to replay)."""
+        ref = RecordRef(
+            topic=record.topic,
+            partition=record.partition,
+            offset=record.offset,
+            timestamp_ns=record.timestamp_ns,
+        )
+        counters = self.counters
+        result: ValidationResult
+        signal = self.config.topics.otlp_signal(record.topic)
+        try:
+            if signal is not None:
+                result = validate_otlp_message(
+                    record.value,
+                    ref,
+                    self.config.limits,
+                    signal=signal,
+                    content_type=content_type_of(record.headers),
+                )
+            else:
+                result = validate_message(record.value, ref, self.config.limits)
+        except Exception as exc:
+            # A validator bug, never bad input: record it and go on.
+            log.exception("validator failed on %s:%d:%d", ref.topic, ref.partition, ref.offset)
+            result = ValidationResult(dead=[internal_error_letter(record.value, ref, exc)])
+        counters.records_in += 1
+        counters.records_by_topic[record.topic] += 1
+        counters.otlp_lines_ignored += result.ignored
+        return self.outputs_of(record, signal, result, record.value, ref)
+
+    def count_outputs(self, out: RecordOutputs) -> None:
+        """The counters (and so the metrics) of what one record writes, as it is sent."""
+        counters = self.counters
+        counters.events_valid += out.valid
+        counters.events_quarantined += len(out.quarantined)
+        for a, _ in out.audit:
+            counters.findings_by_entity[a.entity, a.action] += a.count
+        for dead, _ in out.dead:
+            counters.dead_letters += 1
+            counters.dead_letters_by_reason[dead.reason_code] += 1
 
     def outputs_of(
         self,
@@ -195,6 +214,20 @@ class ValidateStage:
         return out
 
 
+@dataclass(frozen=True)
+class RawRecord:
+    """A raw Kafka record as the stage reads it, from whichever client fetched it."""
+
+    topic: str
+    partition: int
+    offset: int
+    #: the record's Kafka timestamp in ns; 0 when it has none
+    timestamp_ns: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+
 @dataclass
 class RecordOutputs:
     """What one raw record writes, serialised, so a failure while preparing it sends nothing."""
@@ -226,7 +259,7 @@ def by_partition_key(events: list[Event]) -> dict[bytes, list[Event]]:
     return groups
 
 
-def _header_pairs(headers: object) -> list[tuple[str, bytes]]:
+def header_pairs(headers: object) -> list[tuple[str, bytes]]:
     """faust hands headers as a list of pairs or a mapping, depending on the driver."""
     if isinstance(headers, Mapping):
         return [(str(k), bytes(v)) for k, v in headers.items() if v is not None]
