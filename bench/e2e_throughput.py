@@ -143,13 +143,25 @@ def main() -> int:
     ap.add_argument("--clickhouse-url")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument("--profile", type=Path, help="py-spy folded stacks of the worker, here")
+    ap.add_argument(
+        "--validators",
+        type=int,
+        default=0,
+        help="run this many `rankscope validator` processes and a worker that reads only the "
+        "events topic (0: the worker validates); worker CPU then counts them all",
+    )
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="rankscope-bench-"))
     with endpoints(args, home) as (bootstrap, ch_url):
         tag = f"bench{uuid.uuid4().hex[:8]}"
         cfg = PipelineConfig(
-            bootstrap=bootstrap, clickhouse_url=ch_url, topic_prefix=tag, database=tag, home=home
+            bootstrap=bootstrap,
+            clickhouse_url=ch_url,
+            topic_prefix=tag,
+            database=tag,
+            home=home,
+            validators=args.validators,
         )
         create_pipeline_topics(bootstrap, cfg.topics, partitions=4)
         client = connect(ch_url)
@@ -163,7 +175,9 @@ def main() -> int:
             deadline = time.monotonic() + 120
             while stored(client, cfg.database, warm.job_id) < n_warm:
                 if time.monotonic() > deadline or not (
-                    pipeline.worker.alive and pipeline.sink.alive
+                    pipeline.worker.alive
+                    and pipeline.sink.alive
+                    and all(v.alive for v in pipeline.validators)
                 ):
                     raise RuntimeError(
                         f"warm-up failed:\n{pipeline.worker.log_tail()}\n{pipeline.sink.log_tail()}"
@@ -180,6 +194,9 @@ def main() -> int:
                 "clickhouse": find_pid("chdb_server", str(home)),
                 "bench (publisher)": os.getpid(),
             }
+            for v in pipeline.validators:
+                pids[v.name] = v.proc.pid if v.proc else None
+            stream_stage = ["worker", *(v.name for v in pipeline.validators)]
             cpu0 = {k: cpu_seconds(v) for k, v in pids.items()}
             events = list(simulate(sim))  # generated before the clock starts
             with sampled(pids["worker"], args.profile):
@@ -197,7 +214,8 @@ def main() -> int:
                 # Drained, not stored, is when the findings are complete: a worker whose windows
                 # agent keeps pace stores rows later but may finish sooner.
                 drained_s = time.perf_counter() - t0
-                worker_cpu = cpu_seconds(pids["worker"]) - cpu0["worker"]
+                # the stream stage's CPU: the worker, and the validators when they validate
+                worker_cpu = sum(cpu_seconds(pids[k]) - cpu0[k] for k in stream_stage)
 
         ceil = ceiling(cfg, n + n_warm)
     # ~200 MB of broker and ClickHouse data a run; kept (with the logs) only when a run fails
@@ -205,6 +223,7 @@ def main() -> int:
     e2e = n / e2e_s
     figures = {
         "events": n,
+        "validators": args.validators,
         "publish_events_per_s": round(n / publish_s),
         "e2e_events_per_s": round(e2e),
         "ceiling_events_per_s": round(ceil),

@@ -64,6 +64,20 @@ class _Cache:
 
 # (rule, dict key or None, value) for one value of one event
 _Slot = tuple[FieldRule, str | None, str]
+# (on the envelope, attribute, the rules reading it)
+_Reader = tuple[bool, str, tuple[FieldRule, ...]]
+
+
+def _readers(rules: list[FieldRule]) -> list[_Reader]:
+    """Consecutive rules on one attribute as one reader, so the slots keep the rules' order."""
+    readers: list[_Reader] = []
+    for r in rules:
+        if readers and readers[-1][:2] == (r.on_envelope, r.attr):
+            on_envelope, attr, group = readers[-1]
+            readers[-1] = (on_envelope, attr, (*group, r))
+        else:
+            readers.append((r.on_envelope, r.attr, (r,)))
+    return readers
 
 
 class RedactionStage:
@@ -91,6 +105,9 @@ class RedactionStage:
             kind: frozenset(r.key for r in rules if r.key is not None)
             for kind, rules in self._active.items()
         }
+        #: per kind, its rules grouped by the attribute they read (runs of one attribute, in
+        #: the policy's order): what ``slots`` walks
+        self._readers = {kind: _readers(rules) for kind, rules in self._active.items()}
         self._caches: dict[str, _Cache] = {}
         #: rule (by identity: the policy's rules live as long as the stage) -> its field's cache
         self._cache_of: dict[int, _Cache] = {}
@@ -99,29 +116,35 @@ class RedactionStage:
 
     # -- reading the values a policy touches ---------------------------------------------------
     def slots(self, ev: Event) -> list[_Slot]:
-        """The values of ``ev`` that its kind's policy scans or drops, in a stable order."""
-        rules = self._active.get(ev.kind)
-        if not rules:
+        """The values of ``ev`` that its kind's policy scans or drops, in the policy's order.
+
+        Each attribute is read once for all of its rules (a span has eight rules on three
+        attributes), and an empty one (most spans' attributes) skips them all: this runs for
+        every event, so it was a third of the stage's time."""
+        readers = self._readers.get(ev.kind)
+        if not readers:
             return []
         payload = ev.payload
         slots: list[_Slot] = []
-        keyed = self._keyed[ev.kind]
-        for r in rules:
-            holder: Any = ev if r.on_envelope else payload
-            value = getattr(holder, r.attr, None)
-            if r.shape == "dict":
-                if isinstance(value, dict):
-                    slots.extend(
-                        (r, k, v)
-                        for k, v in value.items()
-                        if isinstance(v, str) and v and k not in keyed
-                    )
-            elif r.key is not None:
-                v = value.get(r.key) if isinstance(value, dict) else None
-                if isinstance(v, str) and v:
-                    slots.append((r, r.key, v))
-            elif isinstance(value, str) and value:
-                slots.append((r, None, value))
+        for on_envelope, attr, rules in readers:
+            value = getattr(ev if on_envelope else payload, attr, None)
+            if not value:
+                continue  # None, "" or {}: no rule finds a value in it
+            if isinstance(value, str):
+                slots.extend((r, None, value) for r in rules if r.shape != "dict" and r.key is None)
+            elif isinstance(value, dict):
+                for r in rules:
+                    if r.shape == "dict":
+                        keyed = self._keyed[ev.kind]
+                        slots.extend(
+                            (r, k, v)
+                            for k, v in value.items()
+                            if isinstance(v, str) and v and k not in keyed
+                        )
+                    elif r.key is not None:
+                        v = value.get(r.key)
+                        if isinstance(v, str) and v:
+                            slots.append((r, r.key, v))
         return slots
 
     def _cache(self, rule: FieldRule) -> _Cache:
