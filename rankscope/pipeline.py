@@ -90,9 +90,11 @@ class PipelineConfig:
     workers: int = 1
     #: `rankscope validator` processes (0: the workers validate the raw topics themselves)
     validators: int = 0
-    #: extra environment for the stage processes (settings such as RANKSCOPE_RECOVERY_POLICY)
+    #: extra environment for every stage process (settings such as RANKSCOPE_RECOVERY_POLICY,
+    #: RANKSCOPE_METRICS_PORT)
     env: dict[str, str] = field(default_factory=dict)
-    #: extra environment for the sink alone (its ClickHouse login, as password files)
+    #: extra environment for the sink alone, over ``env`` (its ClickHouse login, as password
+    #: files)
     sink_env: dict[str, str] = field(default_factory=dict)
     #: run the recovery actuator (a replay does not: it must not act on the past)
     actuators: bool = True
@@ -159,7 +161,7 @@ class Pipeline:
                 str(config.sink_max_batch_rows),
             ],
             logs / "sink.log",
-            env=dict(config.sink_env),
+            env={**config.env, **config.sink_env},
             security=config.stage_security.get("sink"),
         )
         # recovery decisions through the dry-run actuator (the policy's default mode)
@@ -167,6 +169,7 @@ class Pipeline:
             "actuators",
             [*cli, "recovery", "run", *config.common_args()],
             logs / "actuators.log",
+            dict(config.env),
             security=config.stage_security.get("actuators"),
         )
 
