@@ -1,11 +1,13 @@
 """The validate stage on a plain confluent-kafka loop: ``rankscope validator``.
 
 Why: in the faust worker the validate agent's consume, commit and produce through aiokafka cost
-more than the validation itself (bench/results/worker_profile_r3.json); the same stage on
-librdkafka's consumer and producer costs about half as much per event
-(bench/results/validate_loop_spike.json). Validators are stateless, so they run as their own
-processes in their own consumer group (``StreamsConfig.validate_group_id``) and the faust workers,
-started with ``validate_in_worker`` off, read only ``<p>.events`` and their own topics.
+more than the validation itself (bench/results/worker_profile_r3.json). This is the first half of
+issue 21's plan (the analysis fed in process on this loop is the second). Validators are
+stateless, so they run as their own processes in their own consumer group
+(``StreamsConfig.validate_group_id``) and the faust workers, started with ``validate_in_worker``
+off, read only ``<p>.events`` and their own topics. Measured: rows stored 1.33-1.38x sooner, the
+same CPU per event in total (the worker then parses every events record;
+bench/results/e2e_throughput_validators.json).
 
 Delivery is the faust agent's, made explicit: a batch's outputs are produced, the producer is
 flushed, and only then are the batch's offsets committed. A crash re-validates at most the

@@ -54,9 +54,10 @@ def validator(
     metrics_port: MetricsPortOpt = METRICS_PORTS["validator"],
 ) -> None:
     """Run a validator in the foreground: the worker's validate stage (validation, redaction,
-    dead letters) on a confluent-kafka loop, about half the worker's CPU per event. Use it with
-    workers started with RANKSCOPE_WORKER_VALIDATE=false; validators sharing --topic-prefix
-    split the raw partitions in a group of their own."""
+    dead letters) on a confluent-kafka loop, in a process of its own, so rows are stored sooner
+    (the same CPU per event in total). Use it with workers started with
+    RANKSCOPE_WORKER_VALIDATE=false; validators sharing --topic-prefix split the raw partitions
+    in a group of their own."""
     from rankscope.streams.validate_loop import run_validator
 
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
