@@ -30,6 +30,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from rankscope.kafka_retry import is_transient, kafka_error
 from rankscope.kafka_security import kafka_config
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters
@@ -45,6 +46,22 @@ log = logging.getLogger("rankscope.streams.validator")
 #: the largest record the validator writes (as the faust worker's producer)
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 Headers = list[tuple[str, str | bytes | None]]
+#: a commit refused with these leaves its offsets to the next try (a rebalance under way, the
+#: coordinator moving); anything else stops the validator with the error
+COMMIT_LATER = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._WAIT_COORD,
+    }
+)
 #: how often the loop logs what it did
 STATUS_EVERY_S = 60.0
 
@@ -96,6 +113,10 @@ class ValidateLoop:
         self.stopping = threading.Event()
         #: batches read again because their outputs were not delivered
         self.batches_retried = 0
+        #: commits the group refused for now (a rebalance): their offsets went with the next
+        self.commits_deferred = 0
+        #: next offsets of delivered batches whose commit the group refused, per partition
+        self._uncommitted: dict[tuple[str, int], int] = {}
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
 
@@ -139,7 +160,7 @@ class ValidateLoop:
         """Run until ``stop()`` (or SIGTERM/SIGINT in ``run_validator``); leave the group
         cleanly, the last batch committed."""
         consumer, producer = self._consumer, self._producer = self._clients()
-        consumer.subscribe(list(self.topics.all_raw))
+        consumer.subscribe(list(self.topics.all_raw), on_revoke=self._revoked)
         s = self.settings
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         status_due = time.monotonic() + STATUS_EVERY_S
@@ -152,12 +173,19 @@ class ValidateLoop:
                 records = [m for m in batch if _usable(m)]
                 if records:
                     self._process_batch(consumer, producer, records)
+                elif self._uncommitted:
+                    self._commit(consumer)  # a deferred commit, while no batch carries it
                 producer.poll(0)
                 if time.monotonic() >= status_due:
                     status_due = time.monotonic() + STATUS_EVERY_S
                     log.warning("validator status: %s", self.counters.summary())
         finally:
             producer.flush(s.flush_timeout_s)
+            if self._uncommitted:
+                try:
+                    self._commit(consumer)
+                except Exception:  # the next owner validates the batch again
+                    log.warning("last offsets left uncommitted", exc_info=True)
             consumer.close()  # leaves the group: its partitions move at once
             self._consumer = self._producer = None
         return self.counters
@@ -190,7 +218,38 @@ class ValidateLoop:
             return
         for out in outputs:
             self.stage.count_outputs(out)
-        consumer.commit(offsets=next_offsets(batch), asynchronous=False)
+        for tp in next_offsets(batch):
+            self._uncommitted[tp.topic, tp.partition] = tp.offset
+        self._commit(consumer)
+
+    def _commit(self, consumer: Consumer) -> None:
+        """Commit the delivered batches' offsets. A group in a rebalance refuses the commit
+        (the generation moved): the offsets wait for the next try, and a partition that moved
+        meanwhile is validated again from its last commit by its next owner (the repeats are
+        skipped downstream by raw position); any other refusal stops the validator."""
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except Exception as exc:
+            err = kafka_error(exc)
+            if err is None or not is_transient(err, COMMIT_LATER):
+                raise
+            self.commits_deferred += 1
+            log.warning("commit deferred (%s): tried again with the next batch", err.str())
+            return
+        self._uncommitted.clear()
+
+    def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions leaving: commit what was delivered for them if the group still takes
+        it, then forget it (the next owner starts from the group's commit)."""
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        if any(tp in gone for tp in self._uncommitted):
+            try:
+                self._commit(consumer)
+            except Exception:  # not ours to commit any more: the next owner reads it again
+                log.warning("offsets of revoked partitions left uncommitted", exc_info=True)
+        for tp in gone:
+            self._uncommitted.pop(tp, None)
 
     def _send(self, producer: Producer, out: RecordOutputs, on_delivery: _Delivery) -> None:
         t = self.topics

@@ -175,3 +175,46 @@ def test_a_batch_not_delivered_is_read_again_and_never_committed_past(
     events = _read_all(config.bootstrap, topics.events, loop.batches_retried + 1, timeout_s=10)
     assert len(events) == loop.batches_retried + 1
     assert {source_value(m.headers()) for m in events} == {f"{topics.raw}:0:0".encode()}
+
+
+def test_a_commit_the_group_refuses_waits_for_the_next_try(
+    services: Services, tmp_path: Path
+) -> None:
+    """A commit refused because the group moved on (what a validator killed and restarted
+    beside this one caused in a clean-clone run: ILLEGAL_GENERATION, and the validator exited)
+    keeps its offsets for the next try instead of stopping the loop. Made deterministic with a
+    client outside the group while another member holds it (the broker answers
+    UNKNOWN_MEMBER_ID); once the member leaves, the same offsets are committed."""
+    config = _config(services, tmp_path, partitions=1)
+    topics = config.topics
+    member = Consumer(
+        {
+            "bootstrap.servers": config.bootstrap,
+            "group.id": config.validate_group_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    member.subscribe([topics.raw])
+    _wait(lambda: bool(member.consume(1, 0.5) or member.assignment()), 60, "the member to join")
+    outsider = Consumer(
+        {"bootstrap.servers": config.bootstrap, "group.id": config.validate_group_id}
+    )
+    outsider.assign([TopicPartition(topics.raw, 0, 0)])
+    loop = ValidateLoop(config)
+    loop._uncommitted[topics.raw, 0] = 7
+    try:
+        loop._commit(outsider)  # refused: the group has a member and this is not it
+        assert loop.commits_deferred == 1
+        assert loop._uncommitted == {(topics.raw, 0): 7}
+        member.close()  # the group is empty now: a commit from outside is taken
+        _wait(lambda: _try_commit(loop, outsider), 60, "the deferred commit")
+        assert loop._uncommitted == {}
+        assert _committed(config, topics.raw, 1) == {0: 7}
+    finally:
+        outsider.close()
+
+
+def _try_commit(loop: ValidateLoop, consumer: Consumer) -> bool:
+    loop._commit(consumer)
+    return not loop._uncommitted
