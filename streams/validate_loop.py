@@ -28,7 +28,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 
 from rankscope.kafka_retry import is_transient, kafka_error
 from rankscope.kafka_security import kafka_config
@@ -270,10 +277,13 @@ class ValidateLoop:
 
 
 def _usable(m: Message) -> bool:
-    """A record to validate; consumer errors are logged (librdkafka retries them itself)."""
+    """A record to validate; consumer errors are logged (librdkafka retries them itself),
+    except a fatal one, which stops the validator with it."""
     err = m.error()
     if err is None:
         return True
+    if err.fatal():
+        raise KafkaException(err)
     if err.code() != KafkaError._PARTITION_EOF:
         log.warning("consumer: %s", err.str())
     return False
