@@ -172,7 +172,7 @@ class StreamsConfig(BaseModel):
         description="Validate and redact the raw topics in this faust worker (the default). "
         "False: the worker reads only <p>.events and its own topics, and `rankscope validator` "
         "processes (a confluent-kafka loop) validate the raw topics in their own consumer "
-        "group (validate_group_id): rows were stored 1.33-1.38x sooner in the e2e bench, for "
+        "group (validate_group_id): rows were stored 1.21-1.38x sooner in the e2e bench, for "
         "the same CPU per event in total. Findings do not depend on it: the analysis reads the "
         "same events log either way.",
     )

@@ -5,7 +5,7 @@ more than the validation itself (bench/results/worker_profile_r3.json). This is 
 issue 21's plan (the analysis fed in process on this loop is the second). Validators are
 stateless, so they run as their own processes in their own consumer group
 (``StreamsConfig.validate_group_id``) and the faust workers, started with ``validate_in_worker``
-off, read only ``<p>.events`` and their own topics. Measured: rows stored 1.33-1.38x sooner, the
+off, read only ``<p>.events`` and their own topics. Measured: rows stored 1.21-1.38x sooner, the
 same CPU per event in total (the worker then parses every events record;
 bench/results/e2e_throughput_validators.json).
 
