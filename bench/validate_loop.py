@@ -6,11 +6,11 @@ confluent-kafka loop, this measures what such a loop would cost per event, on on
 run, on the same records (a 512-rank simulated job on the raw topics):
 
 - ``ceiling``: a bare consumer that parses each record's JSON (the e2e benchmark's ceiling);
-- ``stage``: the same consumer plus the worker's own validate stage (``validate_message`` and
-  ``ValidateStage.prepare``: pydantic validation, redaction, serialisation), nothing produced;
-- ``loop``: ``stage`` plus producing every output with a confluent-kafka producer (acks=all) and
-  committing a batch's offsets only after its outputs were delivered (flush, then commit): the
-  at-least-once contract the faust agent keeps today;
+- ``stage``: the same consumer plus the validator's own stage (``ValidateStage.process``:
+  pydantic validation, redaction, serialisation), nothing produced;
+- ``loop``: ``stage`` plus producing every output with a confluent-kafka producer (acks=all,
+  ``send_outputs``) and committing a batch's offsets (``next_offsets``) only after its outputs
+  were delivered (flush, then commit): what ``rankscope validator`` does per batch;
 - ``worker``: ``loop`` plus the windows agent's work on the parsed events handed over in
   process (``WindowAggregator``, ``JobAnalyzer``; closed windows and findings produced): what a
   whole worker rebuilt on this loop would cost, minus the snapshots and the recovery decider.
@@ -31,11 +31,10 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -49,23 +48,14 @@ from rankscope.streams.analysis.job import JobAnalyzer
 from rankscope.streams.app import tune_gc
 from rankscope.streams.config import RedactionConfig, StreamsConfig, WindowConfig
 from rankscope.streams.stages.shared import StageCounters
-from rankscope.streams.stages.validate import ValidateStage
-from rankscope.streams.validate import RecordRef, validate_message
+from rankscope.streams.stages.validate import RecordOutputs, ValidateStage
+from rankscope.streams.validate_loop import next_offsets, raw_record, send_outputs
 from rankscope.streams.windows import WindowAggregator
 
 
-@dataclass
-class MsgView:
-    """The attributes ``ValidateStage.prepare`` reads of a faust message, from a confluent one."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-
-
 class Outputs:
-    """The loop's producer: every output of a record, committed only after delivery."""
+    """The loop's producer: every output of a record (``send_outputs``, as ``ValidateLoop``),
+    committed only after delivery."""
 
     def __init__(self, bootstrap: str, topics: Topics) -> None:
         self.topics = topics
@@ -78,35 +68,16 @@ class Outputs:
         if err is not None:
             self.failed.append(str(err))
 
-    def send(self, out: Any) -> None:
-        producer = self.producer
-        assert producer is not None
-        for key, value, headers, _events in out.events:
-            producer.produce(
-                self.topics.events, value, key, headers=headers, on_delivery=self.on_delivery
-            )
-        for dead, value in out.dead:
-            producer.produce(
-                self.topics.deadletter, value, dead.dead_letter_id.encode(),
-                on_delivery=self.on_delivery,
-            )  # fmt: skip
-        for a, value in out.audit:
-            producer.produce(
-                self.topics.redaction_audit, value, a.job_id.encode(), on_delivery=self.on_delivery
-            )
-        producer.poll(0)
+    def send(self, out: RecordOutputs) -> None:
+        assert self.producer is not None
+        send_outputs(self.producer, self.topics, out, self.on_delivery)
+        self.producer.poll(0)
 
     def commit_after_delivery(self, c: Consumer, batch: list[Message]) -> None:
         assert self.producer is not None
         if self.producer.flush(30) or self.failed:
             raise RuntimeError(f"outputs not delivered: {self.failed[:3]}")
-        last: dict[tuple[str, int], int] = {}
-        for m in batch:
-            last[m.topic() or "", m.partition() or 0] = m.offset() or 0
-        c.commit(
-            offsets=[TopicPartition(t, p, o + 1) for (t, p), o in last.items()],
-            asynchronous=False,
-        )
+        c.commit(offsets=next_offsets(batch), asynchronous=False)
 
     def close(self) -> None:
         if self.producer is not None:
@@ -123,7 +94,7 @@ class Analysis:
         self.windows = WindowAggregator(WindowConfig())
         self.jobs: dict[str, JobAnalyzer] = {}
 
-    def observe(self, out: Any) -> None:
+    def observe(self, out: RecordOutputs) -> None:
         producer = self.outputs.producer
         topics = self.outputs.topics
         assert producer is not None
@@ -223,18 +194,12 @@ def main() -> int:
             redaction=RedactionConfig(key_file=home / "redaction.key"),
         )
         stage = ValidateStage(config, topics=cast(Any, None), counters=StageCounters())
-        limits = config.limits
 
         def ceiling(m: Message) -> int:
             return len(json.loads(m.value() or b"[]"))
 
-        def prepared(m: Message) -> Any:
-            view = MsgView(m.topic() or "", m.partition() or 0, m.offset() or 0, m.key())
-            ref = RecordRef(
-                topic=view.topic, partition=view.partition, offset=view.offset, timestamp_ns=0
-            )
-            result = validate_message(m.value(), ref, limits)
-            return stage.prepare(view, None, result)
+        def prepared(m: Message) -> RecordOutputs:
+            return stage.process(raw_record(m))
 
         def stage_only(m: Message) -> int:
             return int(prepared(m).valid)

@@ -24,7 +24,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from confluent_kafka import (
 
 from rankscope.kafka_retry import is_transient, kafka_error
 from rankscope.kafka_security import kafka_config
+from rankscope.schemas.topics import Topics
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters
 from rankscope.streams.stages.validate import (
@@ -205,7 +206,7 @@ class ValidateLoop:
         outputs: list[RecordOutputs] = []
         for m in batch:
             out = self.stage.process(raw_record(m))
-            self._send(producer, out, delivery)
+            send_outputs(producer, self.topics, out, delivery)
             outputs.append(out)
         # every output is reported, delivered or failed, within delivery_timeout_ms
         while producer.flush(1.0):
@@ -258,22 +259,27 @@ class ValidateLoop:
         for tp in gone:
             self._uncommitted.pop(tp, None)
 
-    def _send(self, producer: Producer, out: RecordOutputs, on_delivery: _Delivery) -> None:
-        t = self.topics
-        sends: list[tuple[str, bytes, bytes | None, Headers | None]] = []
-        sends += [(t.quarantine, value, key, None) for key, value in out.quarantined]
-        sends += [(t.redaction_audit, value, a.job_id.encode(), None) for a, value in out.audit]
-        sends += [(t.events, value, key, list(headers)) for key, value, headers, _ in out.events]
-        sends += [(t.deadletter, value, d.dead_letter_id.encode(), None) for d, value in out.dead]
-        for topic, value, key, headers in sends:
-            while True:
-                try:
-                    producer.produce(
-                        topic, value, key, headers=headers, on_delivery=on_delivery
-                    )  # fmt: skip
-                    break
-                except BufferError:  # the local queue is full: let librdkafka send
-                    producer.poll(0.1)
+
+def send_outputs(
+    producer: Producer,
+    topics: Topics,
+    out: RecordOutputs,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+) -> None:
+    """Produce one record's outputs (waiting for room when librdkafka's queue is full)."""
+    t = topics
+    sends: list[tuple[str, bytes, bytes | None, Headers | None]] = []
+    sends += [(t.quarantine, value, key, None) for key, value in out.quarantined]
+    sends += [(t.redaction_audit, value, a.job_id.encode(), None) for a, value in out.audit]
+    sends += [(t.events, value, key, list(headers)) for key, value, headers, _ in out.events]
+    sends += [(t.deadletter, value, d.dead_letter_id.encode(), None) for d, value in out.dead]
+    for topic, value, key, headers in sends:
+        while True:
+            try:
+                producer.produce(topic, value, key, headers=headers, on_delivery=on_delivery)
+                break
+            except BufferError:  # the local queue is full: let librdkafka send
+                producer.poll(0.1)
 
 
 def _usable(m: Message) -> bool:

@@ -211,7 +211,7 @@ def test_validators_beside_the_worker_lose_nothing_and_find_what_the_log_says(
         )
         player.start()
         deadline = time.monotonic() + 120
-        while _events_written(cfg) < 20 and time.monotonic() < deadline:
+        while events_written(cfg) < 20 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert player.is_alive(), "the suite was published before the kill"
         pipeline.validators[0].kill()
@@ -233,13 +233,14 @@ def test_validators_beside_the_worker_lose_nothing_and_find_what_the_log_says(
     assert stored(cfg) == expected
 
 
-def _events_written(cfg: PipelineConfig) -> int:
-    """Records on the events topic so far (what the validators produced)."""
+def events_written(cfg: PipelineConfig, partitions: int = 2) -> int:
+    """Records on the events topic so far (the validate stage's output), over its
+    ``partitions``: how far the play has got while the pipeline runs."""
     consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": "test-watermarks"})
     try:
         return sum(
             consumer.get_watermark_offsets(TopicPartition(cfg.topics.events, p), timeout=10)[1]
-            for p in range(2)
+            for p in range(partitions)
         )
     finally:
         consumer.close()

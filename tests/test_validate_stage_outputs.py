@@ -5,18 +5,20 @@ the stage; what it prepares for a good record is what goes to the topics."""
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 from typing import Any, cast
 
 from rankscope.schemas.events import EVENT_ADAPTER, EVENT_LIST_ADAPTER, dump_event
 from rankscope.streams.config import RedactionConfig, StreamsConfig, ValidationLimits
 from rankscope.streams.stages.shared import StageCounters, StageTopics
-from rankscope.streams.stages.validate import ValidateStage
+from rankscope.streams.stages.validate import RawRecord, ValidateStage
 from rankscope.streams.validate import RecordRef, ValidationResult, validate_message
 from tests.factories import NOW_NS, span
 
 REF = RecordRef(topic="rankscope.raw.span", partition=1, offset=7, timestamp_ns=NOW_NS)
-MSG = SimpleNamespace(topic=REF.topic, partition=REF.partition, offset=REF.offset, key=b"k")
+
+
+def _record(value: bytes) -> RawRecord:
+    return RawRecord(REF.topic, REF.partition, REF.offset, NOW_NS, key=b"k", value=value)
 
 
 def _stage() -> ValidateStage:
@@ -32,7 +34,7 @@ def _batch() -> bytes:
 def test_a_good_record_is_prepared_as_one_events_record_with_its_source_header() -> None:
     value = _batch()
     result = validate_message(value, REF, ValidationLimits(), now_ns=NOW_NS)
-    out = _stage().outputs_of(MSG, None, result, value, REF)
+    out = _stage().outputs_of(_record(value), None, result)
     assert out.valid == 2 and out.dead == []
     ((key, payload, headers, events),) = out.events
     assert key == b"k"
@@ -49,7 +51,7 @@ def test_a_redaction_bug_refuses_the_record_whole_with_one_internal_error_letter
         raise RuntimeError("a bug with a secret: hunter2")
 
     stage.redact = broken
-    out = stage.outputs_of(MSG, None, result, value, REF)
+    out = stage.outputs_of(_record(value), None, result)
     assert out.events == [] and out.valid == 0
     ((letter, letter_json),) = out.dead
     assert letter.reason_code == "internal_error" and letter.offset == REF.offset
@@ -64,6 +66,6 @@ def test_an_event_that_cannot_be_written_as_utf8_refuses_the_record_instead_of_r
     doc["payload"]["attributes"] = {"k": "\ud800"}
     ev = EVENT_ADAPTER.validate_python(doc)  # pydantic takes it from Python objects
     value = b"(not looked at)"
-    out = _stage().outputs_of(MSG, None, ValidationResult(events=[ev]), value, REF)
+    out = _stage().outputs_of(_record(value), None, ValidationResult(events=[ev]))
     assert out.events == []
     assert [letter.reason_code for letter, _ in out.dead] == ["internal_error"]

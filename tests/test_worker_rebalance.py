@@ -14,28 +14,14 @@ import time
 import uuid
 from dataclasses import replace
 
-from confluent_kafka import Consumer, TopicPartition
-
 from rankscope.evaluate import publish_suite
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import Pipeline, PipelineConfig
 from rankscope.sinks.clickhouse import connect, migrate
-from tests.test_findings_determinism import CASES, in_process, stored
+from tests.test_findings_determinism import CASES, events_written, in_process, stored
 from tests.test_worker_state import case_windows, stored_windows
 
 PARTITIONS = 6
-
-
-def _events_read(cfg: PipelineConfig) -> int:
-    """Records on the events topic so far (the validate stage's output)."""
-    consumer = Consumer({"bootstrap.servers": cfg.bootstrap, "group.id": "test-watermarks"})
-    try:
-        return sum(
-            consumer.get_watermark_offsets(TopicPartition(cfg.topics.events, p), timeout=10)[1]
-            for p in range(PARTITIONS)
-        )
-    finally:
-        consumer.close()
 
 
 def test_workers_that_come_and_go_find_what_one_worker_finds(
@@ -62,7 +48,7 @@ def test_workers_that_come_and_go_find_what_one_worker_finds(
         player.start()
         # mid-run: the first job's records are being validated (the suite plays for ~16 s)
         deadline = time.monotonic() + 120
-        while _events_read(cfg) < 40 and time.monotonic() < deadline:
+        while events_written(cfg, PARTITIONS) < 40 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert player.is_alive(), "the suite was published before the workers changed"
         pipeline.workers[1].kill()

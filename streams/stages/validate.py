@@ -127,12 +127,7 @@ class ValidateStage:
 
         Never raises: a validator bug becomes an internal-error letter, so no record can stop
         the stage (the record stays on Kafka for a fixed worker to replay)."""
-        ref = RecordRef(
-            topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            timestamp_ns=record.timestamp_ns,
-        )
+        ref = record.ref
         counters = self.counters
         result: ValidationResult
         signal = self.config.topics.otlp_signal(record.topic)
@@ -154,7 +149,7 @@ class ValidateStage:
         counters.records_in += 1
         counters.records_by_topic[record.topic] += 1
         counters.otlp_lines_ignored += result.ignored
-        return self.outputs_of(record, signal, result, record.value, ref)
+        return self.outputs_of(record, signal, result)
 
     def count_outputs(self, out: RecordOutputs) -> None:
         """The counters (and so the metrics) of what one record writes, as it is sent."""
@@ -168,12 +163,7 @@ class ValidateStage:
             counters.dead_letters_by_reason[dead.reason_code] += 1
 
     def outputs_of(
-        self,
-        msg: Any,
-        signal: str | None,
-        result: ValidationResult,
-        value: bytes | None,
-        ref: RecordRef,
+        self, record: RawRecord, signal: str | None, result: ValidationResult
     ) -> RecordOutputs:
         """The record's outputs, or, when preparing them fails, one internal-error letter.
 
@@ -182,15 +172,18 @@ class ValidateStage:
         can stop the stage, and it stays on Kafka for a fixed worker to replay.
         """
         try:
-            return self.prepare(msg, signal, result)
+            return self.prepare(record, signal, result)
         except Exception as exc:
             log.exception(
                 "validate stage failed on %s:%d:%d after validation",
-                ref.topic, ref.partition, ref.offset,
+                record.topic, record.partition, record.offset,
             )  # fmt: skip
-            return RecordOutputs(dead=with_json([internal_error_letter(value, ref, exc)]))
+            letter = internal_error_letter(record.value, record.ref, exc)
+            return RecordOutputs(dead=with_json([letter]))
 
-    def prepare(self, msg: Any, signal: str | None, result: ValidationResult) -> RecordOutputs:
+    def prepare(
+        self, msg: RawRecord, signal: str | None, result: ValidationResult
+    ) -> RecordOutputs:
         """Everything one record writes, redacted and serialised before any of it is sent."""
         out = RecordOutputs(dead=with_json(result.dead))
         if result.events:
@@ -226,6 +219,16 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+    @property
+    def ref(self) -> RecordRef:
+        """Where the record was read (what a dead letter and an events record point back to)."""
+        return RecordRef(
+            topic=self.topic,
+            partition=self.partition,
+            offset=self.offset,
+            timestamp_ns=self.timestamp_ns,
+        )
 
 
 @dataclass
