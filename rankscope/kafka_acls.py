@@ -30,7 +30,7 @@ from confluent_kafka.admin._resource import ResourcePatternType, ResourceType
 from pydantic import BaseModel, ConfigDict
 
 from rankscope.kafka_security import KafkaSecurity, kafka_config
-from rankscope.schemas.topics import Topics
+from rankscope.schemas.topics import Topics, streams_group, validate_group
 
 __all__ = ["AclRule", "Principals", "acl_bindings", "acl_plan", "apply_acls", "format_plan"]
 
@@ -90,7 +90,10 @@ def acl_plan(topics: Topics) -> list[AclRule]:
     rules += [topic("worker", t, "WRITE", "DESCRIBE") for t in derived_out]
     rules += [topic("worker", t, "READ", "WRITE", "DESCRIBE") for t in worker_own]
     rules += [
-        group("worker", f"{p}-streams", "READ"),
+        group("worker", streams_group(p), "READ"),
+        # ``rankscope validator`` logs in as the worker: it reads raw and writes what the
+        # worker's validate agent writes, in a group of its own
+        group("worker", validate_group(streams_group(p)), "READ"),
         # probes that read offsets or partitions under a throwaway group id, never joining it
         group("worker", "rankscope-state", "DESCRIBE"),
         group("worker", "rankscope-replay-", "DESCRIBE", prefixed=True),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rankscope.kafka_admin import group_lag, group_stable, release_admins
 from rankscope.kafka_security import ENV_PREFIX, KafkaSecurity
-from rankscope.schemas.topics import Topics
+from rankscope.schemas.topics import Topics, streams_group, validate_group
 
 
 @dataclass
@@ -109,12 +109,12 @@ class PipelineConfig:
 
     @property
     def streams_group(self) -> str:
-        return f"{self.topic_prefix}-streams"
+        return streams_group(self.topic_prefix)
 
     @property
     def validate_group(self) -> str:
         """The group that commits the raw topics: the workers', or the validators' own."""
-        return f"{self.streams_group}-validate" if self.validators else self.streams_group
+        return validate_group(self.streams_group) if self.validators else self.streams_group
 
     @property
     def sink_group(self) -> str:

@@ -17,6 +17,7 @@ from rankscope.schemas.topics import (
     DEFAULT_OTLP_LOGS_TOPICS,
     DEFAULT_OTLP_TRACES_TOPICS,
     Topics,
+    streams_group,
 )
 
 if TYPE_CHECKING:
@@ -99,7 +100,7 @@ class Settings(BaseSettings):
         return StreamsConfig(
             bootstrap=bootstrap,
             topic_prefix=self.topic_prefix,
-            app_id=f"{self.topic_prefix}-streams",
+            app_id=streams_group(self.topic_prefix),
             data_dir=self.worker_data_dir or self.home / "faust",
             redaction=RedactionConfig(
                 rules_path=self.redaction_rules, key_file=self.home / "redaction.key"

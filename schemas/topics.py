@@ -356,6 +356,17 @@ def topic_specs(
     return sorted(specs, key=lambda s: order[s.name])
 
 
+def streams_group(prefix: str) -> str:
+    """The stream workers' consumer group (faust's app id) of the deployment ``prefix``."""
+    return f"{prefix}-streams"
+
+
+def validate_group(app_id: str) -> str:
+    """The group of the ``rankscope validator`` processes beside the workers of ``app_id``: a
+    group of its own (a faust group and a plain consumer group cannot share members)."""
+    return f"{app_id}-validate"
+
+
 def partition_key(job_id: str, node: str) -> bytes:
     """Events of one job share a partition (ordering per job); node events key by node."""
     return (job_id or f"node:{node}").encode()

@@ -12,6 +12,8 @@ from rankscope.schemas.topics import (
     DEFAULT_OTLP_TRACES_TOPICS,
     DEFAULT_PREFIX,
     Topics,
+    streams_group,
+    validate_group,
 )
 from rankscope.streams.analysis.job import AnalysisConfig
 
@@ -130,7 +132,7 @@ class StateConfig(BaseModel):
 class StreamsConfig(BaseModel):
     bootstrap: str
     topic_prefix: str = DEFAULT_PREFIX
-    app_id: str = "rankscope-streams"
+    app_id: str = streams_group(DEFAULT_PREFIX)
     data_dir: Path = Path(".rankscope/faust")
     limits: ValidationLimits = ValidationLimits()
     redaction: RedactionConfig = RedactionConfig()
@@ -224,7 +226,7 @@ class StreamsConfig(BaseModel):
         """The consumer group whose committed raw offsets say what has been validated: the
         faust app's own group, or the validators' (a group of their own: a faust group and a
         plain consumer group cannot share members, their assignment protocols differ)."""
-        return self.app_id if self.validate_in_worker else f"{self.app_id}-validate"
+        return self.app_id if self.validate_in_worker else validate_group(self.app_id)
 
     @property
     def topics(self) -> Topics:

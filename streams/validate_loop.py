@@ -38,7 +38,7 @@ from confluent_kafka import (
 )
 
 from rankscope.kafka_retry import is_transient, kafka_error
-from rankscope.kafka_security import kafka_config
+from rankscope.kafka_security import KafkaAuthError, kafka_config
 from rankscope.schemas.topics import Topics
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters
@@ -282,14 +282,24 @@ def send_outputs(
                 producer.poll(0.1)
 
 
+#: refusals that only an operator can lift (the ACL plan): the validator stops with one line
+#: instead of logging the same refusal every poll
+REFUSED = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED})
+
+
 def _usable(m: Message) -> bool:
     """A record to validate; consumer errors are logged (librdkafka retries them itself),
-    except a fatal one, which stops the validator with it."""
+    except a fatal one or an authorization refusal, which stop the validator with it."""
     err = m.error()
     if err is None:
         return True
     if err.fatal():
         raise KafkaException(err)
+    if err.code() in REFUSED:
+        raise KafkaAuthError(
+            f"the broker refuses the validator: {err.str()} "
+            "(`rankscope kafka-acls` prints the rules each principal needs)"
+        )
     if err.code() != KafkaError._PARTITION_EOF:
         log.warning("consumer: %s", err.str())
     return False

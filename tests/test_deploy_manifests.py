@@ -748,13 +748,50 @@ def test_removing_a_verb_is_noticed(
 
 
 def test_workers_and_sinks_get_no_api_token(docs: list[dict[str, Any]]) -> None:
-    for name in ("rankscope-worker", "rankscope-sink"):
+    for name in ("rankscope-validator", "rankscope-worker", "rankscope-sink"):
         spec = _one(docs, "Deployment", name)["spec"]["template"]["spec"]
         assert spec["automountServiceAccountToken"] is False
         assert (
             _one(docs, "ServiceAccount", spec["serviceAccountName"])["automountServiceAccountToken"]
             is False
         )
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_the_validators_take_the_raw_topics_off_the_workers(docs: list[dict[str, Any]]) -> None:
+    """Both halves of the split or neither: workers that skip validation with no validator
+    would leave the raw topics unread, and both validating would repeat every event's work.
+    The validators hash with the workers' redaction key and log in as the worker principal
+    (the ACL plan's group rule for them is the worker's)."""
+    (validator,) = _one(docs, "Deployment", "rankscope-validator")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    (worker,) = _one(docs, "Deployment", "rankscope-worker")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert validator["args"] == ["validator"] and worker["args"] == ["worker"]
+    worker_env, validator_env = _env(worker), _env(validator)
+    from rankscope.settings import Settings
+
+    split = {k: v for k, v in worker_env.items() if isinstance(v, str)}
+    assert (
+        Settings.model_validate(  # what the worker process reads from its environment
+            {k.removeprefix("RANKSCOPE_").lower(): v for k, v in split.items()}
+        ).worker_validate
+        is False
+    )
+    for name in (
+        "RANKSCOPE_REDACTION_KEY",
+        "RANKSCOPE_REDACTION_RULES",
+        "RANKSCOPE_KAFKA_SASL_USERNAME",
+    ):
+        assert validator_env[name] == worker_env[name], name
+    # nothing of the analysis state or the recovery keys reaches the stateless validators
+    assert "RANKSCOPE_STATE_KEY" not in validator_env
+    assert not [k for k in validator_env if k.startswith("RANKSCOPE_RECOVERY")]
 
 
 def test_the_recovery_runner_is_a_singleton(docs: list[dict[str, Any]]) -> None:

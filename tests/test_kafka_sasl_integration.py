@@ -36,7 +36,9 @@ from rankscope.services.clickhouse_local import LocalClickHouse
 from rankscope.services.kafka import LocalKafka
 from rankscope.services.kafka_secure import SecureListener
 from rankscope.sinks.clickhouse import connect, migrate
+from rankscope.streams.config import RedactionConfig, StreamsConfig
 from rankscope.streams.recovery.replay import read_partition
+from rankscope.streams.validate_loop import ValidateLoop
 from tests.factories import NOW_NS, gpu_sample, span
 from tests.kafka_pki import Pki, make_pki
 
@@ -112,6 +114,9 @@ def test_the_pipeline_runs_end_to_end_with_one_principal_per_stage(
         database=t.prefix,
         home=tmp_path / "home",
         security=stack.login("admin"),
+        # a validator reads the raw topics (in its own group, as the worker principal) and the
+        # worker the rest: every group and topic of both is exercised under the ACL plan
+        validators=1,
         stage_security={
             "worker": stack.role("worker"),
             "sink": stack.role("sink"),
@@ -158,7 +163,7 @@ def test_the_pipeline_runs_end_to_end_with_one_principal_per_stage(
             )
             if stored == (len(spans), len(samples), 2):  # the decision and the runner's outcome
                 break
-            for stage in (pipeline.worker, pipeline.sink, pipeline.actuators):
+            for stage in (*pipeline.validators, pipeline.worker, pipeline.sink, pipeline.actuators):
                 assert stage.alive, f"{stage.name} exited:\n{stage.log_tail()}"
             assert time.monotonic() < deadline, (
                 f"stored {stored}; sink log:\n{pipeline.sink.log_tail(15)}\n"
@@ -310,3 +315,34 @@ def test_the_agent_cannot_read_derived_topics_and_the_sink_cannot_write_raw(
     refused = write_raw("sink")
     assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert write_raw("agent") is None
+
+
+def test_a_validator_outside_the_acl_plan_stops_with_one_line(
+    stack: SecureStack, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group the plan does not grant (here: another app id) is refused for as long as nobody
+    changes the ACLs: the validator stops with the refusal and where to look, instead of
+    logging it every poll while validating nothing."""
+    t = stack.topics
+    with Publisher(
+        PublisherConfig(
+            bootstrap=stack.bootstrap, topic_prefix=t.prefix, security=stack.role("agent")
+        )
+    ) as pub:
+        pub.publish([span(0, NOW_NS)])
+        pub.flush(30)
+    for name in [n for n in os.environ if n.startswith(ENV_PREFIX)]:
+        monkeypatch.delenv(name)  # the worker's login below, nothing else
+    for name, value in stack.role("worker").to_env().items():
+        monkeypatch.setenv(name, value)
+    config = StreamsConfig(
+        bootstrap=stack.bootstrap,
+        topic_prefix=t.prefix,
+        app_id="not-in-the-plan",
+        validate_in_worker=False,
+        redaction=RedactionConfig(key_file=tmp_path / "redaction.key"),
+    )
+    loop = ValidateLoop(config)
+    with pytest.raises(KafkaAuthError, match=r"Group authorization failed.*kafka-acls"):
+        loop.run(max_seconds=60)
+    assert loop.counters.records_in == 0

@@ -177,6 +177,9 @@ def test_the_acl_plan_gives_each_role_only_its_topics() -> None:
     assert not any(r.role == "sink" and r.name in t.all_raw for r in rules)
     assert ops("runner", t.recovery) == {"READ", "WRITE", "DESCRIBE"}
     assert {r.name for r in rules if r.role == "runner"} == {t.recovery, "p-actuators"}
+    # the workers' group, and the validators' beside them (both log in as the worker)
+    worker_groups = {r.name for r in rules if r.role == "worker" and r.resource == "group"}
+    assert {"p-streams", "p-streams-validate"} <= worker_groups
     bindings = acl_bindings(t, Principals(agent="a"))
     assert sum(b.principal == "User:a" for b in bindings) == 2 * len(t.all_raw)
     assert "| User:a (agent) | topic | p.raw.events | WRITE, DESCRIBE |" in format_plan(
