@@ -126,12 +126,15 @@ class WindowAggregator:
                 lateness_ns=max(0, watermark - (start + self.size_ns)),
                 received_ts=int(wall_s * 1e9),
             )
-        job.lead = max(job.lead, t)
-        ch = job.channels.get((ev.kind, ev.node))
+        if t > job.lead:
+            job.lead = t
+        key = (ev.kind, ev.node)
+        ch = job.channels.get(key)
         if ch is None:
-            job.channels[(ev.kind, ev.node)] = _Channel(t, wall_s)
+            job.channels[key] = _Channel(t, wall_s)
         else:
-            ch.max_ts = max(ch.max_ts, t)
+            if t > ch.max_ts:
+                ch.max_ts = t
             ch.last_seen_wall = wall_s
         ranks = job.open.get(start)
         if ranks is None:
@@ -145,7 +148,8 @@ class WindowAggregator:
             d = ev.payload.duration_s
             acc.step_count += 1
             acc.step_time_sum += d
-            acc.step_time_max = max(acc.step_time_max, d)
+            if d > acc.step_time_max:
+                acc.step_time_max = d
         elif isinstance(ev, GpuSampleEvent):
             acc.util_sum += ev.payload.sm_util_pct
             acc.util_count += 1

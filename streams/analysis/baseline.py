@@ -93,7 +93,7 @@ class ProfileTracker:
 
     def observe(self, ev: Event) -> None:
         """What configures the job: span attributes, inventory, GPU clocks and power."""
-        if self.frozen:
+        if self.frozen_ts is not None:  # ``frozen``, without a property call per event
             return
         if isinstance(ev, SpanEvent):
             attrs = ev.payload.attributes

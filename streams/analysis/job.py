@@ -85,7 +85,7 @@ class JobAnalyzer:
     def observe(self, ev: Event) -> None:
         """Buffer one event (detectors see events in event-time order, ``reorder``); run the
         detectors when the event sequence reaches the next step point."""
-        ts = self.clock.correct(ev.node, ev.ts)
+        ts = ev.ts - self.clock.offsets.get(ev.node, 0)  # clock.correct, inlined: per event
         for ready, rts in self.buffer.push(ev, ts):
             self._process(ready, rts)
         self._pushed += 1
@@ -102,11 +102,10 @@ class JobAnalyzer:
         return out
 
     def _process(self, ev: Event, ts: int) -> None:
-        if ev.node not in self._node_time:
-            self._node_time[ev.node] = ts
+        node_time = self._node_time
+        if ev.node not in node_time:
             self._since_recompute = self.recompute_every
-        else:
-            self._node_time[ev.node] = ts
+        node_time[ev.node] = ts
         self._since_recompute += 1
         if self._since_recompute >= self.recompute_every:
             self._recompute_event_time()
@@ -114,7 +113,8 @@ class JobAnalyzer:
         self.stragglers.observe(ev)
         # Liveness judges arrivals against the job's clock, so a node whose clock is off is
         # neither "silent" (behind) nor pushing everyone else into silence (ahead).
-        self.liveness.observe(ev, max(self.event_time, 0))
+        event_time = self.event_time
+        self.liveness.observe(ev, event_time if event_time > 0 else 0)
         self.rootcause.observe(ev, ts)
         self.baseline.observe(ev)
 

@@ -119,41 +119,26 @@ class LivenessDetector:
     _median: float = 0.0
 
     def observe(self, ev: Event, ts: int) -> None:
+        # once per event: comparisons where max() was (a tenth of this method), spans first
         self.since_span += 1
-        self.non_span_events += not isinstance(ev, SpanEvent)
         if self.first_ts < 0:
             self.first_ts = ts
         node = self.nodes.get(ev.node)
         if node is None:
             node = self.nodes[ev.node] = _Node()
-        node.last_any = max(node.last_any, ts)
+        if ts > node.last_any:
+            node.last_any = ts
+        if isinstance(ev, SpanEvent):
+            if ev.rank is not None:
+                self._span(ev, ev.rank, node, ts)
+            return
+        self.non_span_events += 1
         if isinstance(ev, HeartbeatEvent):
             if ts > node.last_heartbeat >= 0:
                 node.gaps.append((ts - node.last_heartbeat) / S)
-            node.last_heartbeat = max(node.last_heartbeat, ts)
+            if ts > node.last_heartbeat:
+                node.last_heartbeat = ts
             node.interval_s = ev.payload.interval_s
-        elif isinstance(ev, SpanEvent) and ev.rank is not None:
-            self.since_span = 0
-            node.last_span = max(node.last_span, ts)
-            p = ev.payload
-            self.rank_node[ev.rank] = ev.node
-            if p.phase == "collective":
-                seq = p.attributes.get("collective.seq")
-                if isinstance(seq, int) and seq > self.coll_seq.get(ev.rank, -1):
-                    self.coll_seq[ev.rank] = seq
-            elif p.phase == "step":
-                self.step_times.append(p.duration_s)
-                self._steps_seen += 1
-                if ts > self.last_progress_ts:
-                    self.last_progress_ts = ts
-                    self.hang_flagged = False  # progress resumed: re-arm
-                    self.unnamed_hang = None
-            elif p.phase in COMPUTE_PHASES and p.step is not None:
-                pos = (p.step, _PHASE_ORDER[p.phase])
-                if pos > self.rank_step.get(ev.rank, (-1, -1)):
-                    self.rank_step[ev.rank] = pos
-            if p.status == "error":
-                self._end(ts)
         elif isinstance(ev, SchedulerEventEvent) and ev.payload.event_type in _TERMINAL:
             self._end(ts)
         elif (
@@ -164,6 +149,32 @@ class LivenessDetector:
         ):
             self.timed_out.setdefault(ev.payload.seq, set()).add(ev.rank)
             self.rank_node.setdefault(ev.rank, ev.node)
+
+    def _span(self, ev: SpanEvent, rank: int, node: _Node, ts: int) -> None:
+        """A rank's span: progress, its collective sequence and step position, a failure."""
+        self.since_span = 0
+        if ts > node.last_span:
+            node.last_span = ts
+        p = ev.payload
+        self.rank_node[rank] = ev.node
+        phase = p.phase
+        if phase == "collective":
+            seq = p.attributes.get("collective.seq")
+            if isinstance(seq, int) and seq > self.coll_seq.get(rank, -1):
+                self.coll_seq[rank] = seq
+        elif phase == "step":
+            self.step_times.append(p.duration_s)
+            self._steps_seen += 1
+            if ts > self.last_progress_ts:
+                self.last_progress_ts = ts
+                self.hang_flagged = False  # progress resumed: re-arm
+                self.unnamed_hang = None
+        elif phase in COMPUTE_PHASES and p.step is not None:
+            pos = (p.step, _PHASE_ORDER[phase])
+            if pos > self.rank_step.get(rank, (-1, -1)):
+                self.rank_step[rank] = pos
+        if p.status == "error":
+            self._end(ts)
 
     def _end(self, ts: int) -> None:
         if self.ended_ts < 0 or ts < self.ended_ts:

@@ -61,15 +61,20 @@ class EventTimeBuffer:
         """Add one event; returns the events (with corrected ts) now safe to process, in order."""
         self._pushes += 1
         key = (ev.kind, ev.node)
-        if corrected_ts > self._channels.get(key, -1):
-            self._channels[key] = corrected_ts
-            self._lead = max(self._lead, corrected_ts)
+        channels = self._channels
+        if corrected_ts > channels.get(key, -1):
+            channels[key] = corrected_ts
+            if corrected_ts > self._lead:
+                self._lead = corrected_ts
         if corrected_ts <= self._watermark:
             self.stats.out_of_order += 1
             self.stats.released += 1
             return [(ev, corrected_ts)]
-        heapq.heappush(self._heap, (corrected_ts, next(self._seq), ev))
-        self.stats.max_buffered = max(self.stats.max_buffered, len(self._heap))
+        heap = self._heap
+        heapq.heappush(heap, (corrected_ts, next(self._seq), ev))
+        stats = self.stats
+        if len(heap) > stats.max_buffered:
+            stats.max_buffered = len(heap)
         return []
 
     def release(self) -> list[tuple[Event, int]]:
@@ -87,10 +92,15 @@ class EventTimeBuffer:
         heap = self._heap
         limit = self._watermark
         # bounded memory: a pathological input cannot grow the buffer without limit
-        while heap and (heap[0][0] <= limit or len(heap) > self.max_buffered):
-            ts, _, ev = heapq.heappop(heap)
-            self._watermark = max(self._watermark, ts)
+        watermark = self._watermark
+        cap = self.max_buffered
+        pop = heapq.heappop
+        while heap and (heap[0][0] <= limit or len(heap) > cap):
+            ts, _, ev = pop(heap)
+            if ts > watermark:
+                watermark = ts
             out.append((ev, ts))
+        self._watermark = watermark
         self.stats.released += len(out)
         return out
 

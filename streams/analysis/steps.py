@@ -103,7 +103,9 @@ class StepJoin:
         rs = per_rank.get(ev.rank)
         if rs is None:
             rs = per_rank[ev.rank] = RankStep(node=ev.node)
-        dur = max(0, p.end_ns - p.start_ns)
+        dur = p.end_ns - p.start_ns
+        if dur < 0:
+            dur = 0
         if phase == "collective":
             rs.collective_ns = dur
             rs.collective_end_ts = ev.ts

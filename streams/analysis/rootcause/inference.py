@@ -171,7 +171,8 @@ class RootCauseAttributor:
             st = self._ranks[rank] = RankState(node, event.gpu)
         elif st.node != node:
             st.node, st.gpu = node, event.gpu
-        st.last_ts = max(st.last_ts, ts)
+        if ts > st.last_ts:
+            st.last_ts = ts
         phase = p.phase
         if phase == "collective":
             seq = p.attributes.get("collective.seq")
@@ -179,7 +180,8 @@ class RootCauseAttributor:
                 st.seq, st.seq_ts = seq, ts
         elif phase == "step":
             start = p.start_ns - (event.ts - ts)
-            self._last_ok_step_start = max(self._last_ok_step_start, start)
+            if start > self._last_ok_step_start:
+                self._last_ok_step_start = start
 
     # ------------------------------------------------------------------------------ cascades
 
