@@ -43,6 +43,8 @@ def run_mode(name: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     ]  # fmt: skip
     for r in args.ranks:
         cmd += ["--ranks", str(r)]
+    if args.validators:
+        cmd += ["--validators", str(args.validators)]
     burner = mp.Process(target=_burn, daemon=True) if hog else None
     if burner is not None:
         burner.start()
@@ -73,6 +75,10 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--mode", action="append", choices=list(MODES), help="default: all three")
     ap.add_argument("--json", type=Path, help="write the reports and the comparison here")
+    ap.add_argument(
+        "--validators", type=int, default=0,
+        help="`rankscope validator` processes beside the worker in every mode (0: it validates)",
+    )  # fmt: skip
     args = ap.parse_args()
     args.ranks = args.ranks or [64]
     with tempfile.TemporaryDirectory(prefix="rankscope-eval-modes-") as tmp:
@@ -97,6 +103,7 @@ def main() -> int:
                     "ranks": args.ranks,
                     "seeds": args.seeds,
                     "duration_s": args.duration,
+                    "validators": args.validators,
                     "differing_runs": differing,
                     "reports": reports,
                 },

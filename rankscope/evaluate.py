@@ -347,6 +347,7 @@ def run_eval(
     variants: Iterable[str] = (),
     workers: int = 1,
     cases: list[SuiteCase] | None = None,
+    validators: int = 0,
 ) -> EvalReport:
     """Simulate, publish, process, store, score (``cases``: these runs instead of the suite's;
     the first label of each is scored)."""
@@ -377,7 +378,7 @@ def run_eval(
     with local_stack(settings, console.print, env=env) as stack:
         client = stack.client
         with (
-            stack.pipeline(workers) as pipeline,
+            stack.pipeline(workers, validators) as pipeline,
             console.status(f"simulating and publishing {len(cases)} runs") as st,
         ):
             st.update("waiting for the stream worker to join its group")

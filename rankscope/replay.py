@@ -59,6 +59,7 @@ def run_replay(
     console: Console,
     *,
     workers: int = 1,
+    validators: int = 0,
     drop: bool = False,
     timeout_s: float = 3600.0,
 ) -> ReplayReport:
@@ -83,6 +84,7 @@ def run_replay(
         database=db,
         home=settings.home / "replay" / db,
         workers=workers,
+        validators=validators,
         actuators=False,
         env={
             "RANKSCOPE_RAW_TOPIC_PREFIX": settings.topic_prefix,
@@ -108,7 +110,7 @@ def run_replay(
         ) as progress,
     ):
         task = progress.add_task("raw records read", total=total)
-        group = cfg.streams_group
+        group = cfg.validate_group  # whoever reads the raw topics: workers or validators
         while True:
             read = committed_offsets(cfg.bootstrap, group, list(ends))
             done = records_read(marks, read)
@@ -117,7 +119,7 @@ def run_replay(
             # the events topic is the replay's own: all of it processed, and the sink caught up
             if done >= total and worker_lag <= _raw_since(cfg.bootstrap, ends) and sink_lag == 0:
                 break
-            for stage in (*pipeline.workers, pipeline.sink):
+            for stage in (*pipeline.validators, *pipeline.workers, pipeline.sink):
                 if not stage.alive:
                     raise ReplayError(f"the {stage.name} stopped:\n{stage.log_tail(15)}")
             if time.monotonic() - t0 > timeout_s:

@@ -33,8 +33,9 @@ class Stack:
     #: the sink's own environment: its ClickHouse writer login on the local engine
     sink_env: dict[str, str] = field(default_factory=dict)
 
-    def pipeline(self, workers: int = 1) -> Pipeline:
-        """The stream workers, sink and actuator processes on this stack (a context manager)."""
+    def pipeline(self, workers: int = 1, validators: int = 0) -> Pipeline:
+        """The stream workers (and validators), sink and actuator processes on this stack (a
+        context manager)."""
         return Pipeline(
             PipelineConfig(
                 bootstrap=self.bootstrap,
@@ -45,6 +46,7 @@ class Stack:
                 env=dict(self.env),
                 sink_env=dict(self.sink_env),
                 workers=workers,
+                validators=validators,
             )
         )
 

@@ -1,9 +1,9 @@
 """``rankscope replay`` (issue 13): the derived tables rebuilt from the raw topics alone.
 
 The live pipeline (one worker) processes a suite of faulted jobs; then the command replays the
-same raw topics with three workers, started after everything was published, into an empty
-database. Detections and incidents must be the live ones, ids included, and the event tables
-must hold the same rows.
+same raw topics with three workers and a validator, started after everything was published,
+into an empty database. Detections and incidents must be the live ones, ids included, and the
+event tables must hold the same rows.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def _event_rows(cfg: PipelineConfig) -> dict[str, int]:
     }
 
 
-def test_replay_rebuilds_the_live_tables_with_three_workers(
+def test_replay_rebuilds_the_live_tables_with_three_workers_and_a_validator(
     pipeline_config: PipelineConfig,
 ) -> None:
     live = pipeline_config
@@ -49,7 +49,8 @@ def test_replay_rebuilds_the_live_tables_with_three_workers(
         pipeline.wait_drained(timeout_s=300)
     replayed = replace(live, database=f"{live.database}_replay")
 
-    r = _replay(live, replayed.database, "--workers", "3")
+    # the live pipeline's workers validated; the replay's validator does (the split topology)
+    r = _replay(live, replayed.database, "--workers", "3", "--validators", "1")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "replayed" in r.stdout and "incidents" in r.stdout
 

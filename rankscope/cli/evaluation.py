@@ -17,6 +17,7 @@ from rankscope.cli.options import (
     DatabaseOpt,
     HomeOpt,
     PrefixOpt,
+    ValidatorsOpt,
     WorkersOpt,
     console,
     err,
@@ -58,6 +59,7 @@ def eval_command(
     prefix: PrefixOpt = "rankscope-eval",
     database: DatabaseOpt = "rankscope_eval",
     workers: WorkersOpt = 1,
+    validators: ValidatorsOpt = 0,
     min_accuracy: Annotated[
         float,
         typer.Option(
@@ -133,6 +135,7 @@ def eval_command(
         speed=speed,
         variants=scenario or (),
         workers=workers,
+        validators=validators,
     )
     failure = accuracy_failure(report.totals(), min_accuracy)
     if failure:

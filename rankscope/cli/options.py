@@ -173,6 +173,15 @@ WorkersOpt = Annotated[
     ),
 ]
 
+ValidatorsOpt = Annotated[
+    int,
+    typer.Option(
+        min=0,
+        help="`rankscope validator` processes beside the workers, which then read only the "
+        "events topic (0: the workers validate the raw topics; findings do not depend on it).",
+    ),
+]
+
 
 class OutputFormat(StrEnum):
     """How a listing command prints its rows: for people, or for jq and spreadsheets."""

@@ -16,6 +16,7 @@ from rankscope.cli.options import (
     DatabaseOpt,
     HomeOpt,
     PrefixOpt,
+    ValidatorsOpt,
     WorkersOpt,
     console,
     err,
@@ -32,6 +33,7 @@ def replay(
     prefix: PrefixOpt = DEFAULT_PREFIX,
     home: HomeOpt = DEFAULT_HOME,
     workers: WorkersOpt = 1,
+    validators: ValidatorsOpt = 0,
     drop: Annotated[
         bool, typer.Option(help="Empty the target database first if it holds rows.")
     ] = False,
@@ -46,7 +48,9 @@ def replay(
     url = clickhouse_url or local_clickhouse_url(home)
     settings = make_settings(home, broker, url, prefix, database)
     try:
-        report = run_replay(settings, console, workers=workers, drop=drop, timeout_s=timeout)
+        report = run_replay(
+            settings, console, workers=workers, validators=validators, drop=drop, timeout_s=timeout
+        )
     except ReplayError as exc:
         err.print(f"replay: {exc}")
         raise typer.Exit(1) from None
