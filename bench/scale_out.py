@@ -211,6 +211,7 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
         log_marks = [p.stat().st_size for p in logs]
         valid0 = [worker_counter(p, "rankscope_worker_events_valid") for p in logs]
         windows0 = [worker_counter(p, "rankscope_worker_window_records_in") for p in logs]
+        again0 = [worker_counter(p, "rankscope_worker_events_parsed_again") for p in logs]
         base = stored(client, cfg.database)
         cpu0 = [cpu_seconds(p) for p in pids]
         sink0 = cpu_seconds(pipeline.sink.proc.pid) if pipeline.sink.proc else 0.0
@@ -233,6 +234,12 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
             worker_counter(p, "rankscope_worker_window_records_in") - v
             for p, v in zip(logs, windows0, strict=True)
         ]
+        # events records the windows agent parsed because its own validate agent's handoff did
+        # not hold them (another worker validated them, or the handoff was full)
+        again = [
+            worker_counter(p, "rankscope_worker_events_parsed_again") - v
+            for p, v in zip(logs, again0, strict=True)
+        ]
         tails = [p.read_text(errors="replace")[m:] for p, m in zip(logs, log_marks, strict=True)]
         found = findings(client, cfg.database)
     raw_per_partition = partition_records(bootstrap, cfg.topics.raw, load.partitions)
@@ -250,6 +257,7 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
         "sink_cpu_seconds": round(sink_cpu, 2),
         "events_valid_per_worker": [int(v) for v in valid],
         "window_records_in_per_worker": [int(w) for w in windows],
+        "events_records_parsed_again_per_worker": [int(a) for a in again],
         "raw_records_per_partition_incl_warmup": raw_per_partition,
         "restores_during_run": sum(t.count("restored the analysis of partition") for t in tails),
         "rebalances_during_run": sum(t.count("Rebalance") for t in tails),
