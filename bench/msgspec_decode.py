@@ -23,11 +23,9 @@ msgspec is not a project dependency: ``.venv/bin/pip install msgspec`` first.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import re
 import sys
-import time
 import types
 import typing
 from pathlib import Path
@@ -40,6 +38,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from bench.detect_throughput import records_for
+from bench.per_event_floor import best_of
 from rankscope.schemas.events import EVENT_LIST_ADAPTER, EVENT_MODELS
 from rankscope.streams.app import tune_gc
 
@@ -161,16 +160,6 @@ def same(ev: BaseModel, st: Any) -> bool:
         elif a != b:
             return False
     return True
-
-
-def best_of(rounds: int, work: Any) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        gc.collect()
-        t0 = time.process_time()
-        work()
-        best = min(best, time.process_time() - t0)
-    return best
 
 
 def main() -> int:
