@@ -30,6 +30,7 @@ from rankscope.streams.stages.shared import StageCounters, StageTopics
 from rankscope.streams.stages.snapshots import SnapshotKeeper
 from rankscope.streams.stages.validate import ValidateStage, build_redaction
 from rankscope.streams.stages.windows import WindowsStage
+from rankscope.streams.transport import transport_class
 from rankscope.streams.upstream import RawProgress
 
 __all__ = [
@@ -91,6 +92,8 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         topic_allow_declare=False,
         topic_disable_leader=True,
     )
+    # before anything reaches app.transport (the topics below do): faust offers no setting
+    app.transport = transport_class(config.fetch_max_wait_ms)(app.conf.broker_consumer, app)
     counters = StageCounters()
     topics = StageTopics.create(app, config.topics)
 

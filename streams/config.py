@@ -151,13 +151,23 @@ class StreamsConfig(BaseModel):
         "from holding many seconds of one partition in memory; the broker still returns a "
         "larger first batch, so an oversized record is not stuck. Findings do not depend on it.",
     )
+    fetch_max_wait_ms: int = Field(
+        default=100,
+        ge=0,
+        le=1500,
+        description="Longest the broker holds the worker's fetch open waiting for data. faust "
+        "sets 1,500 ms; a worker reads its own events topic back, and a fetch holding only "
+        "caught-up events partitions kept the raw partitions waiting for that long "
+        "(streams/transport.py). Lower wakes an idle worker more often (10 fetches/s at 100). "
+        "Findings do not depend on it.",
+    )
     output_compression: Literal["none", "zstd", "gzip", "lz4"] = Field(
-        default="none",
+        default="zstd",
         description="Compression of the worker's output topics. zstd cuts the events topic "
-        "from ~740 to ~195 B/event on the broker and the worker's CPU per event to ~0.82x, but "
-        "in every measured run rows reached ClickHouse 2-5x later (cause not found; "
-        "docs/decisions.md, 'Worker performance (issue 21)'), so it is opt-in. Findings do not "
-        "depend on it.",
+        "from ~740 to ~195 B/event on the broker and the worker's CPU per event to ~0.82x. "
+        "Opt-in until the fetch wait was found (rows reached ClickHouse 2-5x later: the worker "
+        "stalled on faust's 1,500 ms fetch wait, fetch_max_wait_ms); default since "
+        "(docs/decisions.md, 'The consumer's fetch wait'). Findings do not depend on it.",
     )
     backpressure_events: int = Field(
         default=0,
