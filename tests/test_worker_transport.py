@@ -3,47 +3,89 @@
 Why it matters is in ``streams/transport.py``: a worker reading its own events topic back
 stalled for up to the whole wait each time those partitions were caught up. The setting reaches
 aiokafka through a private attribute, so this starts a real consumer on the test broker and
-reads the value its fetcher uses: an aiokafka that moved the attribute fails here, not in a
-deployment.
+reads the value its fetcher uses (in a child process, as a worker would): an aiokafka that
+moved the attribute fails here, not in a deployment.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rankscope.settings import Settings
-from rankscope.streams.app import create_app
 from rankscope.streams.config import StreamsConfig
-from rankscope.streams.transport import transport_class
 from tests.conftest import Services
 
+#: run in a child process: the app's probe clients live as long as the app, which faust keeps
+#: for the process, so they go with the child while the broker still answers
+_CHILD = """
+import asyncio, json, sys
+from pathlib import Path
+from rankscope.settings import Settings
+from rankscope.streams.app import create_app
+from rankscope.streams.transport import transport_class
 
-def _fetch_wait_of_started_consumer(app: Any) -> int:
-    async def run() -> int:
-        consumer = app.consumer._thread._create_worker_consumer(app.transport)
-        await consumer.start()
-        try:
-            return int(consumer._fetcher._fetch_max_wait_ms)
-        finally:
-            await consumer.stop()
+bootstrap, home, wait_ms, compression = sys.argv[1:5]
+settings = Settings(home=Path(home), topic_prefix="fw" + wait_ms)
+if wait_ms != "default":
+    settings = settings.model_copy(update={"worker_fetch_max_wait_ms": int(wait_ms)})
+if compression != "default":
+    settings = settings.model_copy(update={"worker_output_compression": compression})
+app, _ = create_app(settings.streams(bootstrap))
 
-    return asyncio.run(run())
+
+async def started() -> int:
+    consumer = app.consumer._thread._create_worker_consumer(app.transport)
+    await consumer.start()
+    try:
+        return int(consumer._fetcher._fetch_max_wait_ms)
+    finally:
+        await consumer.stop()
+
+
+print(json.dumps({
+    "ours": app.transport.Consumer.__module__ == transport_class.__module__,
+    "fetch_wait_ms": asyncio.run(started()),
+    "compression": app.conf.producer_compression_type,
+}))
+"""
+
+
+def _worker_app(
+    services: Services, home: Path, wait_ms: str = "default", compression: str = "default"
+) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD, services.bootstrap, str(home), wait_ms, compression],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 @pytest.mark.parametrize("wait_ms", [0, 100, 750])
 def test_the_worker_consumer_fetches_with_the_configured_wait(
     services: Services, tmp_path: Path, wait_ms: int
 ) -> None:
-    settings = Settings(
-        home=tmp_path, topic_prefix=f"fw{wait_ms}", worker_fetch_max_wait_ms=wait_ms
-    )
-    app, _ = create_app(settings.streams(services.bootstrap))
-    assert app.transport.Consumer.__module__ == transport_class.__module__
-    assert _fetch_wait_of_started_consumer(app) == wait_ms
+    app = _worker_app(services, tmp_path, wait_ms=str(wait_ms))
+    assert app["ours"]
+    assert app["fetch_wait_ms"] == wait_ms
+
+
+def test_the_worker_compresses_its_outputs_by_default(services: Services, tmp_path: Path) -> None:
+    """zstd by default: ~4x fewer events-topic bytes and less worker CPU per event, affordable
+    since the fetch wait stopped delaying rows (docs/decisions.md)."""
+    default = _worker_app(services, tmp_path)
+    assert default["compression"] == "zstd"
+    assert default["fetch_wait_ms"] == 100  # faust's own is 1,500
+    assert _worker_app(services, tmp_path, compression="none")["compression"] is None
 
 
 def test_the_fetch_wait_is_a_worker_setting(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,16 +93,6 @@ def test_the_fetch_wait_is_a_worker_setting(monkeypatch: pytest.MonkeyPatch) -> 
     assert Settings().streams("k:9092").fetch_max_wait_ms == 250
     monkeypatch.delenv("RANKSCOPE_WORKER_FETCH_MAX_WAIT_MS")
     assert Settings().streams("k:9092").fetch_max_wait_ms == 100  # faust's own is 1,500
-
-
-def test_the_worker_compresses_its_outputs_by_default(services: Services, tmp_path: Path) -> None:
-    """zstd by default: ~4x fewer events-topic bytes and less worker CPU per event, affordable
-    since the fetch wait stopped delaying rows (docs/decisions.md)."""
-    kafka = services.bootstrap  # the app's probes connect when built
-    app, _ = create_app(Settings(home=tmp_path).streams(kafka))
-    assert app.conf.producer_compression_type == "zstd"
-    plain = Settings(home=tmp_path, worker_output_compression="none").streams(kafka)
-    assert create_app(plain)[0].conf.producer_compression_type is None
 
 
 def test_a_wait_beyond_fausts_own_is_refused() -> None:
