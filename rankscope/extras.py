@@ -23,6 +23,7 @@ PROVIDED_BY: dict[str, str] = {
     "faust": "worker",
     "mode": "worker",
     "aiokafka": "worker",
+    "uvloop": "worker",
     # the OTLP decoders of the worker (the namespace package alone: the worker's too)
     "opentelemetry": "worker",
     "opentelemetry.proto": "worker",

@@ -7,7 +7,7 @@ Each component keeps its own typed config (``PublisherConfig``, ``StreamsConfig`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -28,6 +28,22 @@ if TYPE_CHECKING:
     from rankscope.streams.config import StreamsConfig
 
 
+#: the stream worker's settings -> the ``StreamsConfig`` field each sets ("state.x": a field of
+#: its ``state``). Their defaults and bounds live there only; the README's configuration table
+#: states them and ``tests/test_settings_defaults.py`` holds the two equal.
+WORKER_SETTINGS: Final[dict[str, str]] = {
+    "worker_session_timeout_s": "session_timeout_s",
+    "worker_fetch_max_bytes": "fetch_max_bytes",
+    "worker_fetch_max_wait_ms": "fetch_max_wait_ms",
+    "worker_output_compression": "output_compression",
+    "worker_event_loop": "event_loop",
+    "worker_backpressure_events": "backpressure_events",
+    "worker_validate": "validate_in_worker",
+    "worker_snapshot_interval_s": "state.snapshot_interval_s",
+    "worker_flush_idle_s": "analysis_flush_idle_s",
+}
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RANKSCOPE_", extra="ignore")
 
@@ -43,25 +59,27 @@ class Settings(BaseSettings):
     recovery_policy: Path | None = None  # None: the packaged recovery policy
     #: off: the worker decides no recovery action (a replay must not act on the past)
     recovery_enabled: bool = True
+    # The stream worker's settings (WORKER_SETTINGS): None, unset, leaves StreamsConfig's default.
     #: how long a silent stream worker keeps its partitions before the group moves them
-    worker_session_timeout_s: float = 60.0
+    worker_session_timeout_s: float | None = None
     #: bytes per partition per fetch for the stream worker (findings do not depend on it)
-    worker_fetch_max_bytes: int = 256 * 1024
+    worker_fetch_max_bytes: int | None = None
     #: longest the broker holds the stream worker's fetch open (faust's own is 1,500 ms)
-    worker_fetch_max_wait_ms: int = 100
-    #: compression of the worker's output topics: zstd (default), none, gzip, lz4
-    worker_output_compression: Literal["none", "zstd", "gzip", "lz4"] = "zstd"
+    worker_fetch_max_wait_ms: int | None = None
+    #: compression of the worker's output topics: zstd, none, gzip, lz4
+    worker_output_compression: Literal["none", "zstd", "gzip", "lz4"] | None = None
+    #: the worker's event loops: uvloop or asyncio (the standard library's)
+    worker_event_loop: Literal["uvloop", "asyncio"] | None = None
     #: validated events waiting for the windows agent before the worker stops fetching raw
-    #: topics (0, the default: never; opt-in: less CPU in a backlog, rows stored later);
-    #: resumes at 80% of it
-    worker_backpressure_events: int = 0
-    #: validate the raw topics in the faust worker (default); false: `rankscope validator`
-    #: processes do it (a confluent-kafka loop, less CPU per event) and the worker reads events
-    worker_validate: bool = True
+    #: topics (0: never; opt-in: less CPU in a backlog, rows stored later); resumes at 80% of it
+    worker_backpressure_events: int | None = None
+    #: validate the raw topics in the faust worker; false: `rankscope validator` processes do
+    #: it (a confluent-kafka loop, their own group) and the worker reads events
+    worker_validate: bool | None = None
     #: seconds between snapshots of the analysis state of a busy partition
-    worker_snapshot_interval_s: float = 15.0
+    worker_snapshot_interval_s: float | None = None
     #: seconds a job's events must have stopped before its analysis is flushed
-    worker_flush_idle_s: float = 5.0
+    worker_flush_idle_s: float | None = None
     #: the stream worker's scratch directory (None: <home>/faust); one per worker process
     worker_data_dir: Path | None = None
     #: topics an OpenTelemetry Collector's Kafka exporter writes to (JSON lists in the env)
@@ -98,6 +116,12 @@ class Settings(BaseSettings):
             StreamsConfig,
         )
 
+        overrides: dict[str, dict[str, Any]] = {"": {}, "state": {}}
+        for name, target in WORKER_SETTINGS.items():
+            value = getattr(self, name)
+            if value is not None:  # unset: the worker's own default
+                section, _, field = target.rpartition(".")
+                overrides[section][field] = value
         return StreamsConfig(
             bootstrap=bootstrap,
             topic_prefix=self.topic_prefix,
@@ -111,20 +135,11 @@ class Settings(BaseSettings):
                 policy_path=self.recovery_policy,
                 key_file=self.home / "recovery.key",
             ),
-            state=StateConfig(
-                key_file=self.home / "state.key",
-                snapshot_interval_s=self.worker_snapshot_interval_s,
-            ),
-            session_timeout_s=self.worker_session_timeout_s,
-            fetch_max_bytes=self.worker_fetch_max_bytes,
-            fetch_max_wait_ms=self.worker_fetch_max_wait_ms,
-            output_compression=self.worker_output_compression,
-            backpressure_events=self.worker_backpressure_events,
-            validate_in_worker=self.worker_validate,
-            analysis_flush_idle_s=self.worker_flush_idle_s,
+            state=StateConfig(key_file=self.home / "state.key", **overrides["state"]),
             raw_topic_prefix=self.raw_topic_prefix,
             otlp_traces_topics=self.otlp_traces_topics,
             otlp_logs_topics=self.otlp_logs_topics,
+            **overrides[""],
         )
 
     def sink(self, bootstrap: str, clickhouse_url: str) -> SinkConfig:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from typing import Any
+from typing import Any, Literal
 
 import faust
 
+from rankscope.extras import MissingExtraError
 from rankscope.kafka_security import check_access, faust_credentials
 from rankscope.observability.exporters import serve_worker
 from rankscope.streams.config import StreamsConfig
@@ -38,6 +39,7 @@ __all__ = [
     "build_redaction",
     "create_app",
     "faust_broker_url",
+    "install_event_loop",
     "run_worker",
     "tune_gc",
 ]
@@ -279,9 +281,28 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
+def install_event_loop(kind: Literal["uvloop", "asyncio"]) -> None:
+    """Make every event loop the worker creates from now on of ``kind``: faust's main loop and
+    the one its consumer thread runs aiokafka on both come from the loop policy (mode's own
+    ``mode.loop.use``, what ``faust -L uvloop`` does). Before the app: nothing is built yet."""
+    if kind == "asyncio":
+        return
+    try:
+        import uvloop  # noqa: F401 - mode imports it again; this names what is missing
+    except ModuleNotFoundError as exc:
+        raise MissingExtraError(
+            "the worker's event loop", "worker", exc.name or "uvloop",
+            " (or RANKSCOPE_WORKER_EVENT_LOOP=asyncio)",
+        ) from exc  # fmt: skip
+    import mode.loop
+
+    mode.loop.use(kind)
+
+
 def run_worker(config: StreamsConfig, metrics_port: int | None = None) -> None:
     """Run one worker in the foreground until SIGTERM/SIGINT (what ``rankscope worker`` does);
     ``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` unless it is None."""
+    install_event_loop(config.event_loop)
     config.data_dir.mkdir(parents=True, exist_ok=True)
     check_access(config.bootstrap)  # a refused login: one line and an exit, not endless retries
     app, counters = create_app(config)
