@@ -10,6 +10,12 @@ string lengths and patterns, literals, the ``schema`` tag: one place per fact, n
 twice by hand) and times both decoders on the same records, checking that every decoded event
 has the pydantic model's field values.
 
+The stages (redaction, serialisation, windows, analysis, the sink) take the pydantic models, so
+it also times msgspec followed by building those models from the structs without validating
+them again (``model_construct``, the cheapest public way): round eight of issue 21 measured that
+this costs more than pydantic's own validation, so a fast path pays only where the stages take
+the structs themselves.
+
 What it does not settle, and a real fast path must: pydantic's lax mode takes a few inputs that
 msgspec refuses (a numeric string for an int field, for one), so the two accept different sets;
 the report counts the records each refuses, and a fast path would have to fall back to pydantic
@@ -48,6 +54,8 @@ except ImportError:  # pragma: no cover - a bench, not the product
     sys.exit("msgspec is not installed: .venv/bin/pip install msgspec")
 
 _STRUCTS: dict[type[BaseModel], Any] = {}
+#: struct -> the pydantic model it was derived from (to build the models the stages take)
+_MODEL_OF: dict[Any, type[BaseModel]] = {}
 #: bounds msgspec cannot express (beyond int64: the uint64 counters' ``le``), dropped and counted
 DROPPED: list[str] = []
 INT64_MAX = 2**63 - 1
@@ -132,6 +140,7 @@ def struct_of(model: type[BaseModel], tag: str | None = None) -> Any:
     if tag is not None:
         options |= {"tag_field": "schema", "tag": tag}
     struct = msgspec.defstruct(model.__name__, fields, frozen=True, **options)
+    _MODEL_OF[struct] = model
     if tag is None:
         _STRUCTS[model] = struct
     return struct
@@ -146,6 +155,27 @@ def event_decoder(patterns: bool = True) -> msgspec.json.Decoder[Any]:
         tag = typing.get_args(model.model_fields["schema_id"].annotation)[0]
         structs.append(struct_of(model, tag))
     return msgspec.json.Decoder(list[typing.Union[tuple(structs)]])  # noqa: UP007
+
+
+def _model_value(value: Any) -> Any:
+    if isinstance(value, msgspec.Struct):
+        return as_model(value)
+    if isinstance(value, list):
+        return [_model_value(v) for v in value]
+    return value
+
+
+def as_model(st: Any) -> BaseModel:
+    """The pydantic model the stages take, built from a decoded struct without validating it
+    again (``model_construct``): what a msgspec fast path must add to keep the stages' types."""
+    model = _MODEL_OF[type(st)]
+    values = {}
+    for name in model.model_fields:
+        if name == "schema_id":
+            values[name] = type(st).__struct_config__.tag
+        else:
+            values[name] = _model_value(getattr(st, name))
+    return model.model_construct(**values)
 
 
 def same(ev: BaseModel, st: Any) -> bool:
@@ -189,9 +219,19 @@ def main() -> int:
         for r in records:
             decoder.decode(r)
 
+    def with_msgspec_models() -> None:
+        for r in records:
+            [as_model(st) for st in decoder.decode(r)]
+
+    models_differ = sum(
+        a.model_dump() != as_model(b).model_dump()
+        for pa, da in zip(parsed, decoded, strict=True)
+        for a, b in zip(pa, da, strict=True)
+    )
     del parsed, decoded
     pydantic_s = best_of(args.rounds, with_pydantic)
     msgspec_s = best_of(args.rounds, with_msgspec)
+    models_s = best_of(args.rounds, with_msgspec_models)
     decoder = event_decoder(patterns=False)
     no_patterns_s = best_of(args.rounds, with_msgspec)
     result = {
@@ -202,7 +242,9 @@ def main() -> int:
         "msgspec_us_per_event": round(msgspec_s / n * 1e6, 2),
         "speedup": round(pydantic_s / msgspec_s, 1),
         "msgspec_without_patterns_us_per_event": round(no_patterns_s / n * 1e6, 2),
+        "msgspec_then_pydantic_models_us_per_event": round(models_s / n * 1e6, 2),
         "events_with_other_values": mismatches,
+        "models_with_other_values": models_differ,
         "bounds_msgspec_cannot_express": len(DROPPED),
         "msgspec_version": msgspec.__version__,
     }
@@ -210,7 +252,9 @@ def main() -> int:
         f"{n:,} events: pydantic {result['pydantic_us_per_event']} us/event, msgspec "
         f"{result['msgspec_us_per_event']} ({result['speedup']}x; "
         f"{result['msgspec_without_patterns_us_per_event']} without the string patterns, which "
-        "msgspec matches with Python's re); events decoded to other "
+        "msgspec matches with Python's re); msgspec then the stages' pydantic models "
+        f"(model_construct) {result['msgspec_then_pydantic_models_us_per_event']} us/event; "
+        "events decoded to other "
         f"values: {mismatches}; {len(DROPPED)} uint64 bounds not expressible in msgspec"
     )
     if args.json:
