@@ -173,7 +173,7 @@ class StreamsConfig(BaseModel):
         default="uvloop",
         description="The worker's event loops (faust's and its consumer thread's). uvloop "
         "(libuv, in C) does the socket work and the hand-off between faust's two threads with "
-        "less interpreter time: ~0.94x worker CPU per event in the e2e bench. asyncio: the "
+        "less interpreter time: ~0.95x worker CPU per event in the e2e bench. asyncio: the "
         "standard library's, for a platform without uvloop. Findings do not depend on it.",
     )
     backpressure_events: int = Field(

@@ -105,7 +105,7 @@ def test_the_worker_compresses_its_outputs_by_default(services: Services, tmp_pa
 def test_the_worker_runs_its_consumer_on_uvloop_by_default(
     services: Services, tmp_path: Path
 ) -> None:
-    """uvloop by default (~0.94x worker CPU per event, docs/decisions.md); asyncio on request.
+    """uvloop by default (~0.95x worker CPU per event, docs/decisions.md); asyncio on request.
     The loop checked is the one a started aiokafka consumer of the worker's transport runs on."""
     assert _worker_app(services, tmp_path)["event_loop"] == "uvloop"
     assert _worker_app(services, tmp_path, event_loop="asyncio")["event_loop"] == "asyncio"
