@@ -42,6 +42,9 @@ def classify(stack: str) -> str:
     frames = stack.split(";")
     if re.match(r"\S*\.select \(selectors\.py", frames[-1]):
         return IDLE
+    if re.match(r"(ServiceThread\._start_thread|Worker\.execute_from_commandline) ", frames[-1]):
+        # on uvloop the loop runs in C: its I/O and its waits have no Python frame of their own
+        return UVLOOP
     for stage, pattern in _COMPILED:
         if stage.startswith("events decode"):
             # the second parse: pydantic called from the windows agent itself
@@ -56,6 +59,7 @@ def classify(stack: str) -> str:
 
 
 IDLE = "idle (waiting in select; py-spy counts it when the sampler cannot tell)"
+UVLOOP = "event loop in C (uvloop: libuv's socket work and its waits, not told apart)"
 _COMPILED = [(s, re.compile(p)) for s, p in RULES]
 
 
