@@ -30,7 +30,6 @@ import tempfile
 import time
 import urllib.request
 import uuid
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from aiokafka.partitioner import DefaultPartitioner
 from confluent_kafka import Consumer, TopicPartition
 
 from rankscope.collectors.publisher import Publisher, PublisherConfig
@@ -84,13 +84,14 @@ class Load:
 
 
 def job_ids(n: int, partitions: int, tag: str) -> list[str]:
-    """``n`` job ids that land on ``n`` different partitions under librdkafka's default
-    partitioner (consistent_random: CRC32 of the key modulo the partition count)."""
+    """``n`` job ids that land on ``n`` different partitions under the publisher's partitioner
+    (murmur2, as Kafka's Java client and aiokafka: ``DefaultPartitioner``)."""
     taken: dict[int, str] = {}
+    everything = list(range(partitions))
     i = 0
     while len(taken) < n:
         jid = f"{tag}-{i}"
-        taken.setdefault(zlib.crc32(jid.encode()) % partitions, jid)
+        taken.setdefault(DefaultPartitioner()(jid.encode(), everything, everything), jid)
         i += 1
     return [taken[p] for p in sorted(taken)]
 

@@ -160,6 +160,12 @@ def producer_settings(
         "linger.ms": config.linger_ms,
         "compression.type": config.compression,
         "queue.buffering.max.messages": config.queue_buffering_max_messages,
+        # A key's partition as Kafka's Java client and aiokafka (the stream worker's producer)
+        # choose it, so a job's raw partition has the number of its <p>.events partition and
+        # faust's co-partitioned assignment gives both to one worker: its own validated events
+        # are then handed to its analysis in process instead of parsed again by another worker.
+        # librdkafka's default (CRC32) put most of a job's events on another worker's partition.
+        "partitioner": "murmur2_random",
         "logger": logging.getLogger(f"{__name__}.librdkafka"),
     }
     if error_cb is not None:
