@@ -14,14 +14,14 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from typing import Any, Literal
+from typing import Any
 
 import faust
 
-from rankscope.extras import MissingExtraError
+from rankscope.extras import missing_extra
 from rankscope.kafka_security import check_access, faust_credentials
 from rankscope.observability.exporters import serve_worker
-from rankscope.streams.config import StreamsConfig
+from rankscope.streams.config import EventLoop, StreamsConfig
 from rankscope.streams.stages.analysis import AnalysisStage
 from rankscope.streams.stages.baselines import BaselineBook, BaselineFeed
 from rankscope.streams.stages.fleet import FleetStage
@@ -281,7 +281,7 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def install_event_loop(kind: Literal["uvloop", "asyncio"]) -> None:
+def install_event_loop(kind: EventLoop) -> None:
     """Make every event loop the worker creates from now on of ``kind``: faust's main loop and
     the one its consumer thread runs aiokafka on both come from the loop policy (mode's own
     ``mode.loop.use``, what ``faust -L uvloop`` does). Before the app: nothing is built yet."""
@@ -290,10 +290,8 @@ def install_event_loop(kind: Literal["uvloop", "asyncio"]) -> None:
     try:
         import uvloop  # noqa: F401 - mode imports it again; this names what is missing
     except ModuleNotFoundError as exc:
-        raise MissingExtraError(
-            "the worker's event loop", "worker", exc.name or "uvloop",
-            " (or RANKSCOPE_WORKER_EVENT_LOOP=asyncio)",
-        ) from exc  # fmt: skip
+        hint = " (or RANKSCOPE_WORKER_EVENT_LOOP=asyncio)"
+        raise missing_extra(exc, "the worker's event loop", hint) or exc from exc
     import mode.loop
 
     mode.loop.use(kind)

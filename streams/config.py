@@ -17,6 +17,9 @@ from rankscope.schemas.topics import (
 )
 from rankscope.streams.analysis.job import AnalysisConfig
 
+#: the worker's event loop implementations (``StreamsConfig.event_loop``)
+EventLoop = Literal["uvloop", "asyncio"]
+
 
 class ValidationLimits(BaseModel):
     """What the validate stage accepts; everything else is dead-lettered with a reason."""
@@ -169,7 +172,7 @@ class StreamsConfig(BaseModel):
         "stalled on faust's 1,500 ms fetch wait, fetch_max_wait_ms); default since "
         "(docs/decisions.md, 'The consumer's fetch wait'). Findings do not depend on it.",
     )
-    event_loop: Literal["uvloop", "asyncio"] = Field(
+    event_loop: EventLoop = Field(
         default="uvloop",
         description="The worker's event loops (faust's and its consumer thread's). uvloop "
         "(libuv, in C) does the socket work and the hand-off between faust's two threads with "
