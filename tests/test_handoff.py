@@ -47,20 +47,84 @@ def test_other_bytes_under_the_same_source_are_not_taken() -> None:
     assert handoff.take(None, value) is None  # a record without a source header
 
 
-def test_the_oldest_records_go_past_the_bound() -> None:
+def test_past_the_bound_new_records_are_not_held_and_the_oldest_stay() -> None:
+    """The windows agent reads in production order: the oldest held record is the one it needs
+    next, so a full handoff lets the new one go (an LRU would drop the oldest and miss every
+    record while the validate agent leads by more than the bound)."""
     handoff = ParsedHandoff(capacity=6)  # events: two records of three
     records = [_record(i) for i in range(3)]
     for source, value, events in records:
         handoff.put(source, value, events)
-    assert handoff.take(records[0][0], records[0][1]) is None
+    assert handoff.not_held == 1
+    assert handoff.take(records[0][0], records[0][1]) is records[0][2]
     assert handoff.take(records[1][0], records[1][1]) is records[1][2]
-    assert handoff.take(records[2][0], records[2][1]) is records[2][2]
+    assert handoff.take(records[2][0], records[2][1]) is None  # parsed from the record
     handoff.put(*records[0])
     handoff.put(*records[0])  # the same record put twice is held once
+    assert handoff.held_events == 3
     assert handoff.take(records[0][0], records[0][1]) is records[0][2]
     small = ParsedHandoff(capacity=2)
     small.put(*records[0])  # three events: over the bound, not held
     assert small.take(records[0][0], records[0][1]) is None
+
+
+def test_a_backlog_longer_than_the_bound_still_hands_over_what_fits() -> None:
+    """The validate agent 30 records ahead of a handoff that holds 10: the agent takes the 10
+    held, and every record put after it took some is held again."""
+    handoff = ParsedHandoff(capacity=30)  # ten records of three events
+    records = [_record(i) for i in range(40)]
+    for r in records[:30]:  # validated while the windows agent is busy
+        handoff.put(*r)
+        handoff.delivered(r[0], 0)
+    hits = 0
+    for i, (source, value, events) in enumerate(records):
+        hits += handoff.take(source, value) is events
+        if i + 30 < len(records):  # the validate agent goes on, one record per record read
+            nxt = records[i + 30]
+            handoff.put(*nxt)
+            handoff.delivered(nxt[0], 0)
+    assert hits >= 10 + 10  # the first ten, and ten held once the agent freed places
+    assert handoff.held_events == 0  # nothing left behind
+
+
+def test_records_the_agent_read_past_are_let_go() -> None:
+    """Taking a record releases what was delivered before it to the same events partition (the
+    agent skipped it or another consumer had it), and only that partition's."""
+    handoff = ParsedHandoff()
+    records = [_record(i) for i in range(4)]
+    for r, partition in zip(records, [0, 1, 0, 0], strict=True):
+        handoff.put(*r)
+        handoff.delivered(r[0], partition)
+    assert handoff.take(records[2][0], records[2][1]) is records[2][2]
+    assert handoff.take(records[0][0], records[0][1]) is None  # passed, let go
+    assert handoff.take(records[1][0], records[1][1]) is records[1][2]  # partition 1: kept
+    assert handoff.take(records[3][0], records[3][1]) is records[3][2]
+    assert handoff.held_events == 0
+
+
+def test_a_full_handoff_lets_go_of_records_held_past_the_stale_age() -> None:
+    """A record whose delivery never reported cannot hold its place for ever."""
+    handoff = ParsedHandoff(capacity=6, stale_s=0.0)
+    records = [_record(i) for i in range(3)]
+    for r in records:
+        handoff.put(*r)
+    assert handoff.not_held == 0  # the oldest went as stale to make room
+    assert handoff.take(records[0][0], records[0][1]) is None
+    assert handoff.take(records[2][0], records[2][1]) is records[2][2]
+    patient = ParsedHandoff(capacity=6)  # the default age: nothing is stale yet
+    for r in records:
+        patient.put(*r)
+    assert patient.not_held == 1
+
+
+def test_a_record_read_before_its_delivery_report_leaves_no_trace() -> None:
+    """The consumer may hand the record out before the producer reports its delivery."""
+    handoff = ParsedHandoff()
+    source, value, events = _record(1)
+    handoff.put(source, value, events)
+    assert handoff.take(source, value) is events
+    handoff.delivered(source, 0)  # the report comes late: nothing is held for it
+    assert handoff.held_events == 0 and not handoff._delivered
 
 
 def test_the_source_header_is_found_in_either_header_shape() -> None:

@@ -72,15 +72,20 @@ class ValidateStage:
         local = self.local_events_partition
 
         def delivered(source: bytes) -> Callable[[Any], None]:
-            """On delivery: an events record another worker reads is not held for this one."""
+            """On delivery: an events record another worker reads is not held for this one; one
+            this worker reads takes its place in its partition's order."""
 
             def on_delivery(fut: Any) -> None:
                 try:
                     partition = fut.result().partition
                 except Exception:  # not delivered: faust raises on the send; nothing to hold
                     partition = None
-                if handoff is not None and (partition is None or not local(partition)):
+                if handoff is None:
+                    return
+                if partition is None or not local(partition):
                     handoff.discard(source)
+                else:  # this worker's windows agent reads it, in this order
+                    handoff.delivered(source, partition)
 
             return on_delivery
 
