@@ -261,7 +261,7 @@ def topic_specs(
     common = {"replication_factor": replication_factor, "min_insync_replicas": isr}
     why: dict[str, str] = {
         topics.events: "validated, redacted events: what every derived stage and the sink read",
-        topics.windows: "closed event-time windows per rank, for the sink",
+        topics.windows: "closed event-time windows per rank (an array per job), for the sink",
         topics.late: "events that arrived after their window closed, kept for the record",
         topics.detections: "findings of the analysis (stragglers, hangs, faults), for the sink",
         topics.incidents: "root-cause incidents, for the sink",

@@ -38,6 +38,7 @@ from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
 from rankscope.observability.exporters import serve_sink
 from rankscope.schemas.baselines import Baseline
 from rankscope.schemas.derived import (
+    RANK_WINDOWS_ADAPTER,
     DeadLetter,
     DeadLetterCode,
     Detection,
@@ -168,9 +169,10 @@ class ClickHouseSink:
                     raise
                 raise RuntimeError(_unmigrated(config.database, pending)) from exc
         topics = config.topics
+        self._decode_single_window = self._decode_model(RankWindow, WINDOW_TABLE)
         self._decoders: dict[str, Callable[[Message], None]] = {
             topics.events: self._decode_events,
-            topics.windows: self._decode_model(RankWindow, WINDOW_TABLE),
+            topics.windows: self._decode_windows,
             topics.late: self._decode_model(LateEvent, LATE_TABLE),
             topics.deadletter: self._decode_model(DeadLetter, DEADLETTER_TABLE),
             topics.detections: self._decode_model(Detection, DETECTION_TABLE),
@@ -234,6 +236,23 @@ class ClickHouseSink:
         for i, ev in enumerate(events):
             spec = event_spec(ev)
             self._buffers.add(spec, spec.to_row(ev), (topic, partition, offset, i))
+
+    def _decode_windows(self, msg: Message) -> None:
+        """A windows record: a JSON array of one job's windows, or (records written before
+        windows were batched, still in a retained log) one window."""
+        value = msg.value() or b""
+        if not value.lstrip().startswith(b"["):
+            self._decode_single_window(msg)
+            return
+        try:
+            windows = RANK_WINDOWS_ADAPTER.validate_json(value)
+        except ValidationError as exc:
+            errors = exc.error_count()
+            self._undecodable(msg, f"sink could not decode rank_windows record: {errors} errors")
+            return
+        topic, partition, offset = _where(msg)
+        for i, w in enumerate(windows):
+            self._buffers.add(WINDOW_TABLE, WINDOW_TABLE.to_row(w), (topic, partition, offset, i))
 
     def _decode_model(self, model: type[BaseModel], spec: TableSpec) -> Callable[[Message], None]:
         def decode(msg: Message) -> None:
