@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rankscope.kafka_security import AUTH_ERROR_CODES, KafkaAuthError, KafkaSecurity, resolve
 from rankscope.schemas import Event, Topics, dump_events, partition_key
+from rankscope.schemas.topics import KEY_PARTITIONER
 
 __all__ = [
     "CONTENT_TYPE_HEADER",
@@ -160,12 +161,9 @@ def producer_settings(
         "linger.ms": config.linger_ms,
         "compression.type": config.compression,
         "queue.buffering.max.messages": config.queue_buffering_max_messages,
-        # A key's partition as Kafka's Java client and aiokafka (the stream worker's producer)
-        # choose it, so a job's raw partition has the number of its <p>.events partition and
-        # faust's co-partitioned assignment gives both to one worker: its own validated events
-        # are then handed to its analysis in process instead of parsed again by another worker.
-        # librdkafka's default (CRC32) put most of a job's events on another worker's partition.
-        "partitioner": "murmur2_random",
+        # the worker that validates a job's raw records then also analyses its events, handed
+        # over in process instead of parsed again by another worker
+        "partitioner": KEY_PARTITIONER,
         "logger": logging.getLogger(f"{__name__}.librdkafka"),
     }
     if error_cb is not None:

@@ -367,6 +367,13 @@ def validate_group(app_id: str) -> str:
     return f"{app_id}-validate"
 
 
+#: librdkafka's partitioner that places a key as Kafka's Java client and aiokafka (the faust
+#: worker's producer) do. Every librdkafka producer of keyed pipeline records sets it, so a job's
+#: raw partition has the number of its ``<p>.events`` partition and faust's co-partitioned
+#: assignment gives both to one worker (librdkafka's default, CRC32, places keys elsewhere).
+KEY_PARTITIONER = "murmur2_random"
+
+
 def partition_key(job_id: str, node: str) -> bytes:
     """Events of one job share a partition (ordering per job); node events key by node."""
     return (job_id or f"node:{node}").encode()

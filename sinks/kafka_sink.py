@@ -31,7 +31,7 @@ from confluent_kafka import (
     Message,
     TopicPartition,
 )
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, TypeAdapter, ValidationError
 from tenacity import RetryCallState, RetryError, Retrying, retry_if_result, wait_exponential_jitter
 
 from rankscope.kafka_security import KafkaSecurity, check_access, kafka_config
@@ -169,10 +169,10 @@ class ClickHouseSink:
                     raise
                 raise RuntimeError(_unmigrated(config.database, pending)) from exc
         topics = config.topics
-        self._decode_single_window = self._decode_model(RankWindow, WINDOW_TABLE)
         self._decoders: dict[str, Callable[[Message], None]] = {
             topics.events: self._decode_events,
-            topics.windows: self._decode_windows,
+            # one job's windows per record; one window in records from before they were batched
+            topics.windows: self._decode_model(RankWindow, WINDOW_TABLE, RANK_WINDOWS_ADAPTER),
             topics.late: self._decode_model(LateEvent, LATE_TABLE),
             topics.deadletter: self._decode_model(DeadLetter, DEADLETTER_TABLE),
             topics.detections: self._decode_model(Detection, DETECTION_TABLE),
@@ -237,33 +237,30 @@ class ClickHouseSink:
             spec = event_spec(ev)
             self._buffers.add(spec, spec.to_row(ev), (topic, partition, offset, i))
 
-    def _decode_windows(self, msg: Message) -> None:
-        """A windows record: a JSON array of one job's windows, or (records written before
-        windows were batched, still in a retained log) one window."""
-        value = msg.value() or b""
-        if not value.lstrip().startswith(b"["):
-            self._decode_single_window(msg)
-            return
-        try:
-            windows = RANK_WINDOWS_ADAPTER.validate_json(value)
-        except ValidationError as exc:
-            errors = exc.error_count()
-            self._undecodable(msg, f"sink could not decode rank_windows record: {errors} errors")
-            return
-        topic, partition, offset = _where(msg)
-        for i, w in enumerate(windows):
-            self._buffers.add(WINDOW_TABLE, WINDOW_TABLE.to_row(w), (topic, partition, offset, i))
+    def _decode_model(
+        self,
+        model: type[BaseModel],
+        spec: TableSpec,
+        batch: TypeAdapter[list[Any]] | None = None,
+    ) -> Callable[[Message], None]:
+        """A derived record: one ``model``, or with ``batch`` also a JSON array of them (each
+        row then referenced by its index in the record, as events are)."""
 
-    def _decode_model(self, model: type[BaseModel], spec: TableSpec) -> Callable[[Message], None]:
         def decode(msg: Message) -> None:
+            value = msg.value() or b""
             try:
-                rec = model.model_validate_json(msg.value() or b"")
+                if batch is not None and value.lstrip().startswith(b"["):
+                    records = list(enumerate(batch.validate_json(value)))
+                else:
+                    records = [(-1, model.model_validate_json(value))]
             except ValidationError as exc:
                 self._undecodable(
                     msg, f"sink could not decode {spec.table} record: {exc.error_count()} errors"
                 )
                 return
-            self._buffers.add(spec, spec.to_row(rec), (*_where(msg), -1))
+            where = _where(msg)
+            for index, rec in records:
+                self._buffers.add(spec, spec.to_row(rec), (*where, index))
 
         return decode
 

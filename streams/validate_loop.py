@@ -39,7 +39,7 @@ from confluent_kafka import (
 
 from rankscope.kafka_retry import is_transient, kafka_error
 from rankscope.kafka_security import KafkaAuthError, kafka_config
-from rankscope.schemas.topics import Topics
+from rankscope.schemas.topics import KEY_PARTITIONER, Topics
 from rankscope.streams.config import StreamsConfig
 from rankscope.streams.stages.shared import StageCounters
 from rankscope.streams.stages.validate import (
@@ -154,9 +154,8 @@ class ValidateLoop:
             "linger.ms": self.settings.linger_ms,
             "message.max.bytes": MAX_REQUEST_BYTES,
             "message.timeout.ms": self.settings.delivery_timeout_ms,
-            # the partition of a key as Kafka's Java client and aiokafka (the faust worker)
-            # choose it: librdkafka's default (CRC32) would put a job's events elsewhere
-            "partitioner": "murmur2_random",
+            # the partition of a key as the faust worker's producer chooses it
+            "partitioner": KEY_PARTITIONER,
         }
         if config.output_compression != "none":
             producer_settings["compression.type"] = config.output_compression
