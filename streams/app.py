@@ -163,6 +163,7 @@ def create_app(config: StreamsConfig) -> tuple[faust.App, StageCounters]:
         now = time.time()
         counters.ticked = time.monotonic()
         counters.lag = consumer_lag(app.consumer)
+        handoff.report(counters)
         await recovery.tick(now)
         await windows.close_ready(now)
         await analysis.tick(now)

@@ -11,12 +11,14 @@ import itertools
 
 import pytest
 
+from rankscope.observability.exporters import worker_samples
 from rankscope.schemas.events import EVENT_LIST_ADAPTER, dump_events
 from rankscope.simulation.fault_suite import scenario_suite
 from rankscope.simulation.faults import simulate_with_faults
 from rankscope.streams.config import ValidationLimits
 from rankscope.streams.sources import source_headers, source_value
 from rankscope.streams.stages.handoff import ParsedHandoff, RawFlow
+from rankscope.streams.stages.shared import StageCounters
 from rankscope.streams.validate import RecordRef, validate_message
 from tests.factories import NOW_NS, gpu_sample, heartbeat, span
 
@@ -66,6 +68,23 @@ def test_past_the_bound_new_records_are_not_held_and_the_oldest_stay() -> None:
     small = ParsedHandoff(capacity=2)
     small.put(*records[0])  # three events: over the bound, not held
     assert small.take(records[0][0], records[0][1]) is None
+
+
+def test_the_metrics_show_records_not_held_and_events_held() -> None:
+    """An operator sizing the handoff sees both from the worker's metrics."""
+    handoff = ParsedHandoff(capacity=6)
+    records = [_record(i) for i in range(3)]
+    for source, value, events in records:
+        handoff.put(source, value, events)
+    counters = StageCounters()
+    handoff.report(counters)
+    samples = {name: value for name, _, value in worker_samples(counters)}
+    assert samples["rankscope_worker_handoff_not_held"] == 1
+    assert samples["rankscope_worker_handoff_held_events"] == 6
+    handoff.take(records[0][0], records[0][1])
+    handoff.report(counters)
+    samples = {name: value for name, _, value in worker_samples(counters)}
+    assert samples["rankscope_worker_handoff_held_events"] == 3
 
 
 def test_a_backlog_longer_than_the_bound_still_hands_over_what_fits() -> None:

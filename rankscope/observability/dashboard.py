@@ -111,10 +111,16 @@ PANELS: tuple[Panel, ...] = (
                 f"sum(rate(rankscope_worker_events_parsed_again_total{RATE}))",
                 "events records parsed again/s",
             ),
+            (
+                f"sum(rate(rankscope_worker_handoff_not_held_total{RATE}))",
+                "records not held (handoff full)/s",
+            ),
+            ("sum(rankscope_worker_handoff_held_events)", "events held parsed"),
         ),
         unit="short",
         description="Pauses: validation ran ahead of the windows agent (a backlog). Parsed "
-        "again: records this worker no longer held parsed (another worker's, a restart).",
+        "again: records this worker no longer held parsed (another worker's, a restart, or "
+        "not held because the handoff was full).",
     ),
     Panel(
         "Window close delay",

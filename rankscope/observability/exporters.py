@@ -54,6 +54,8 @@ def worker_samples(c: StageCounters) -> Iterator[Sample]:
     yield "rankscope_worker_records_held", (), c.pending_acks
     yield "rankscope_worker_raw_pauses", (), c.raw_pauses
     yield "rankscope_worker_events_parsed_again", (), c.events_records_parsed_again
+    yield "rankscope_worker_handoff_not_held", (), c.handoff_not_held
+    yield "rankscope_worker_handoff_held_events", (), c.handoff_held_events
     yield from lag_samples("worker", dict(c.lag))  # a copy: the timer replaces it whole
 
 

@@ -106,6 +106,16 @@ _SPECS = (
         "Events records the windows agent parsed because this worker no longer held them parsed.",
     ),
     MetricSpec(
+        "rankscope_worker_handoff_not_held",
+        "counter",
+        "Events records the validate agent did not hand over parsed because the handoff was full.",
+    ),
+    MetricSpec(
+        "rankscope_worker_handoff_held_events",
+        "gauge",
+        "Validated events held parsed for this worker's windows agent (bounded by the handoff).",
+    ),
+    MetricSpec(
         "rankscope_worker_window_close_delay_seconds",
         "histogram",
         "Wall clock at a window's emission minus the window's end (event time).",

@@ -27,6 +27,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 
 from rankscope.schemas.events import Event
+from rankscope.streams.stages.shared import StageCounters
 
 log = logging.getLogger("rankscope.streams")
 
@@ -81,6 +82,12 @@ class ParsedHandoff:
     @property
     def held_events(self) -> int:
         return self._events
+
+    def report(self, counters: StageCounters) -> None:
+        """Copy what an operator sizing the handoff watches into the worker's counters (the
+        metrics read those): records not held because it was full, events held now."""
+        counters.handoff_not_held = self.not_held
+        counters.handoff_held_events = self._events
 
     def put(self, source: bytes, value: bytes, events: list[Event]) -> None:
         """The validate agent produced ``value`` (the serialised ``events``) from ``source``."""

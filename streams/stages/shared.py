@@ -41,6 +41,10 @@ class StageCounters:
     raw_pauses: int = 0
     #: events records the windows agent parsed because the handoff did not hold them
     events_records_parsed_again: int = 0
+    #: events records the handoff did not hold because it was full (set each tick)
+    handoff_not_held: int = 0
+    #: events the handoff holds for the windows agent now (`ParsedHandoff.report`, each tick)
+    handoff_held_events: int = 0
     started_wall: float = field(default_factory=time.time)
     # breakdowns of the totals above, counted in the same places (exported as metrics)
     records_by_topic: Counter[str] = field(default_factory=Counter)
