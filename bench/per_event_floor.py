@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import sys
 import time
@@ -66,6 +67,28 @@ def best_of(rounds: int, work: Callable[[], object]) -> float:
     return best
 
 
+def outputs_digest(records: list[list[Event]]) -> str:
+    """What the windows and the analysis make of ``records``: one hash, on a fixed wall clock."""
+    h = hashlib.sha256()
+    agg = WindowAggregator(WindowConfig())
+    analyzer: JobAnalyzer | None = None
+    for events in records:
+        for ev in events:
+            agg.add(ev, 0.0)
+            if analyzer is None:
+                analyzer = JobAnalyzer(ev.cluster, ev.job_id, clock_ns=lambda: 0)
+            analyzer.observe(ev)
+        for w in agg.close_ready(0.0):
+            h.update(w.model_dump_json().encode())
+        if analyzer is not None:
+            for finding in (f for found in analyzer.take() for f in found):
+                h.update(finding.model_dump_json().encode())
+    if analyzer is not None:
+        for finding in (f for found in analyzer.flush() for f in found):
+            h.update(finding.model_dump_json().encode())
+    return h.hexdigest()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--ranks", type=int, default=512)
@@ -74,6 +97,12 @@ def main() -> int:
     ap.add_argument("--json", type=Path, help="also write the figures here")
     ap.add_argument(
         "--only", nargs="+", metavar="WORD", help="time only the stages whose name has a WORD"
+    )
+    ap.add_argument(
+        "--digest",
+        action="store_true",
+        help="also print a SHA-256 of the windows and findings the input yields (to compare "
+        "builds of the same code, bench/compiled_analysis.py)",
     )
     args = ap.parse_args()
 
@@ -153,6 +182,8 @@ def main() -> int:
             continue
         rows[name] = round(best_of(args.rounds, work) / n * 1e6, 2)
         print(f"{name:45s} {rows[name]:6.2f} us/event", flush=True)
+    if args.digest:
+        print(f"digest: {outputs_digest(redacted)}", flush=True)
     if args.only:
         return 0  # a part: no floor to sum
     in_one_process = sum(v for k, v in rows.items() if not k.startswith(("json", "parse")))

@@ -165,7 +165,7 @@ class WindowAggregator:
             if job is None or job_id not in self._open_jobs:
                 continue
             if wall_s - job.last_seen_wall >= self.idle_close_s:
-                boundary = math.inf
+                boundary: int | float = math.inf  # an int ns boundary, or none (mypyc: no float())
             elif min(job.open) + self.size_ns + self.grace_ns > job.lead:
                 continue  # nothing can close yet: skip the O(channels) stream time
             else:
