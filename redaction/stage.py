@@ -168,9 +168,11 @@ class RedactionStage:
         results: dict[str, Redacted | RedactionError] = {}
         pending: dict[str, list[_Cache]] = {}
         stats = self.stats
+        dropping = False
         for slots in per_event:
             for rule, _, value in slots:
                 if rule.action != "scan":
+                    dropping = True
                     continue
                 stats.values_seen += 1
                 cache = self._cache(rule)
@@ -188,6 +190,64 @@ class RedactionStage:
                     for cache in pending[text]:
                         cache.put(text, res)
         audit: Counter[tuple[int, str, str, str, str, str, str, str]] = Counter()
+        if not dropping and all(
+            isinstance(res, Redacted) and not res.changed and not res.near_misses
+            for res in results.values()
+        ):
+            # every value clean and nothing to drop (most records): the events go on as they are
+            out.events.extend(events)
+        else:
+            self._apply_results(events, per_event, results, record, out, audit)
+        if self.stage == "stream":  # what producers redacted before publishing, by stage
+            for i, ev in enumerate(events):
+                report = parse_report(ev)
+                if report is not None:
+                    out.audit.extend(audit_rows(ev, report, record, i))
+        for (window, cluster, job, kind, path, entity, rule_name, action), n in audit.items():
+            out.audit.append(
+                RedactionAudit(
+                    audit_id=RedactionAudit.make_id(
+                        record, str(window), cluster, job, kind, path, entity, rule_name, action
+                    )
+                    if self.stage == "stream"  # (ids of rows written before stages existed)
+                    else RedactionAudit.make_id(
+                        record,
+                        str(window),
+                        cluster,
+                        job,
+                        kind,
+                        path,
+                        entity,
+                        rule_name,
+                        action,
+                        self.stage,
+                    ),
+                    window_start_ns=window,
+                    cluster=cluster,
+                    job_id=job,
+                    kind=kind,
+                    field=path,
+                    entity=entity,
+                    rule=rule_name,
+                    action=action,
+                    count=n,
+                    rules_version=self.version,
+                    stage=self.stage,
+                )
+            )
+        return out
+
+    def _apply_results(
+        self,
+        events: list[Event],
+        per_event: list[list[_Slot]],
+        results: dict[str, Redacted | RedactionError],
+        record: str,
+        out: StageResult,
+        audit: Counter[tuple[int, str, str, str, str, str, str, str]],
+    ) -> None:
+        """Each event with its values redacted, dropped or quarantined, counted in ``audit``."""
+        stats = self.stats
         for ev, slots in zip(events, per_event, strict=True):
             if not slots:
                 out.events.append(ev)
@@ -232,44 +292,6 @@ class RedactionStage:
                 audit[(*dims, "quarantine")] += 1
                 continue
             out.events.append(_apply(ev, changes) if changes else ev)
-        if self.stage == "stream":  # what producers redacted before publishing, by stage
-            for i, ev in enumerate(events):
-                report = parse_report(ev)
-                if report is not None:
-                    out.audit.extend(audit_rows(ev, report, record, i))
-        for (window, cluster, job, kind, path, entity, rule_name, action), n in audit.items():
-            out.audit.append(
-                RedactionAudit(
-                    audit_id=RedactionAudit.make_id(
-                        record, str(window), cluster, job, kind, path, entity, rule_name, action
-                    )
-                    if self.stage == "stream"  # (ids of rows written before stages existed)
-                    else RedactionAudit.make_id(
-                        record,
-                        str(window),
-                        cluster,
-                        job,
-                        kind,
-                        path,
-                        entity,
-                        rule_name,
-                        action,
-                        self.stage,
-                    ),
-                    window_start_ns=window,
-                    cluster=cluster,
-                    job_id=job,
-                    kind=kind,
-                    field=path,
-                    entity=entity,
-                    rule=rule_name,
-                    action=action,
-                    count=n,
-                    rules_version=self.version,
-                    stage=self.stage,
-                )
-            )
-        return out
 
     def quarantine_all(self, events: list[Event], record: str, reason: str) -> StageResult:
         """Fail closed for a whole record: every event emptied and quarantined, no analysis."""

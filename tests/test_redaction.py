@@ -202,6 +202,26 @@ def test_the_stage_redacts_fields_by_policy_and_counts_what_it_found() -> None:
     assert again.events[0] == red
 
 
+def test_a_record_whose_values_are_all_clean_passes_as_it_came() -> None:
+    """Most records: every scanned value clean, nothing to drop. The events go on unchanged (the
+    same objects), nothing is audited, and the values still count as seen."""
+    stage = RedactionStage(RULES, KEY)
+    events = [
+        _span_with({"n": i, "stage": "forward"}, error="CUDA out of memory on step 12")
+        for i in range(3)
+    ]
+    out = stage.process(events, "t.raw.span:0:7")
+    assert out.events == events and all(a is b for a, b in zip(out.events, events, strict=True))
+    assert out.audit == [] and out.quarantined == []
+    assert stage.stats.values_seen >= 6 and stage.stats.values_redacted == 0
+    # one value that needs a change sends the record down the full path: only it changes
+    mixed = [*events, _span_with({"user": "jane@example.com"})]
+    out = stage.process(mixed, "t.raw.span:0:8")
+    assert all(a is b for a, b in zip(out.events[:3], events, strict=True))
+    assert str(out.events[3].payload.attributes["user"]).startswith("[EMAIL_ADDRESS:")
+    assert [(a.field, a.entity) for a in out.audit] == [("attributes.user", "EMAIL_ADDRESS")]
+
+
 def test_repeated_values_come_from_the_cache_with_their_counts() -> None:
     stage = RedactionStage(RULES, KEY)
     line = "NET/IB : Got completion from peer 10.0.3.7<43210> with status=12"
