@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
+import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -330,6 +331,21 @@ def suite(
     return rebase(cases, time.time_ns())
 
 
+def own_jobs(cases: list[SuiteCase], token: str | None = None) -> list[SuiteCase]:
+    """The cases with job ids of their own: this evaluation's ``token`` appended to each.
+
+    The suite's job names repeat from one evaluation to the next, and the database an
+    evaluation scores from keeps what earlier ones stored (the CLI's default home and database
+    are reused), so without it a run was scored on its own findings and actions plus every
+    earlier run's of the same name: an earlier right cause hid a miss, an earlier false
+    positive counted again. Only ``job_id`` changes; the simulation does not read it."""
+    token = token or uuid.uuid4().hex[:8]
+    return [
+        c._replace(config=c.config.model_copy(update={"job_id": f"{c.config.job_id}-{token}"}))
+        for c in cases
+    ]
+
+
 def write_report(report: EvalReport, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(report.to_json() + "\n")
@@ -360,6 +376,7 @@ def run_eval(
         cases = suite(ranks, seeds, duration_s, variants)
     if not cases:
         raise ValueError(f"no suite case matches {sorted(variants)}")
+    cases = own_jobs(cases)  # scored on this evaluation's rows only
     # Every run of the suite fails at about the same time, which is exactly what the fleet
     # circuit breaker stops, and the runs reuse node names (node000 fails in many of them),
     # which node rules would drain; runs are independent experiments here, so both are off.
