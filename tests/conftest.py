@@ -19,6 +19,7 @@ import pytest
 
 from rankscope.kafka_admin import create_pipeline_topics
 from rankscope.pipeline import PipelineConfig
+from rankscope.settings import Settings
 from rankscope.sinks.clickhouse import connect, migrate
 
 
@@ -66,3 +67,16 @@ def pipeline_config(services: Services, tmp_path: Path) -> PipelineConfig:
     create_pipeline_topics(cfg.bootstrap, cfg.topics, partitions=2)
     migrate(connect(cfg.clickhouse_url), cfg.database)
     return cfg
+
+
+@pytest.fixture
+def eval_settings(services: Services, tmp_path: Path) -> Settings:
+    """Settings for ``run_eval`` in a private namespace: its own home, topics and database."""
+    tag = f"e{uuid.uuid4().hex[:10]}"
+    return Settings(
+        home=tmp_path / "home",
+        bootstrap=services.bootstrap,
+        clickhouse_url=services.clickhouse_url,
+        topic_prefix=tag,
+        database=tag,
+    )

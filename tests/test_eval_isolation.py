@@ -9,14 +9,12 @@ token of their own (``rankscope.evaluate.own_jobs``)."""
 from __future__ import annotations
 
 import io
-import uuid
 from pathlib import Path
 
 from rich.console import Console
 
-from rankscope.evaluate import own_jobs, run_eval, suite
+from rankscope.evaluate import RunResult, own_jobs, run_eval, suite
 from rankscope.settings import Settings
-from tests.conftest import Services
 
 
 def test_job_ids_get_a_token_and_nothing_else_changes() -> None:
@@ -31,20 +29,11 @@ def test_job_ids_get_a_token_and_nothing_else_changes() -> None:
 
 
 def test_a_second_evaluation_on_the_same_database_scores_only_its_own_run(
-    services: Services, tmp_path: Path
+    eval_settings: Settings, tmp_path: Path
 ) -> None:
-    tag = f"e{uuid.uuid4().hex[:10]}"
-    settings = Settings(
-        home=tmp_path / "home",
-        bootstrap=services.bootstrap,
-        clickhouse_url=services.clickhouse_url,
-        topic_prefix=tag,
-        database=tag,
-    )
-
-    def evaluate() -> list:  # type: ignore[type-arg]
+    def evaluate() -> list[RunResult]:
         return run_eval(
-            settings, [16], 1, 60.0, tmp_path / "eval.json", Console(file=io.StringIO()),
+            eval_settings, [16], 1, 60.0, tmp_path / "eval.json", Console(file=io.StringIO()),
             variants=["gpu_fell_off_bus"],
         ).runs  # fmt: skip
 

@@ -5,7 +5,6 @@ visible in `rankscope recovery history` and ClickHouse, with the time from onset
 from __future__ import annotations
 
 import io
-import uuid
 from pathlib import Path
 
 from rich.console import Console
@@ -30,16 +29,10 @@ RIGHT_ACTION = {
 
 
 def test_each_fault_gets_its_action_through_the_pipeline(
-    services: Services, tmp_path: Path
+    services: Services, eval_settings: Settings, tmp_path: Path
 ) -> None:
-    tag = f"e{uuid.uuid4().hex[:10]}"
-    settings = Settings(
-        home=tmp_path / "home",
-        bootstrap=services.bootstrap,
-        clickhouse_url=services.clickhouse_url,
-        topic_prefix=tag,
-        database=tag,
-    )
+    settings = eval_settings
+    tag = settings.database
     report = run_eval(
         settings, [16], 1, 60.0, tmp_path / "eval.json", Console(file=io.StringIO()),
         speed=20.0, variants=list(RIGHT_ACTION),
