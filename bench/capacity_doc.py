@@ -45,7 +45,12 @@ def _e2e_line(data: dict[str, Any]) -> list[str]:
     ]
 
 
-def render(data: dict[str, Any], scale: dict[str, Any] | None) -> str:
+def render(
+    data: dict[str, Any],
+    scale: dict[str, Any] | None,
+    scale_path: str = "bench/results/scale_out_issue21.json",
+    pool: dict[str, Any] | None = None,
+) -> str:
     ev, demo = data["pipeline"]["eval"], data["pipeline"]["demo"]
     inputs = inputs_from_json(data)
     j = f"`{INPUTS_JSON}`"
@@ -127,7 +132,7 @@ def render(data: dict[str, Any], scale: dict[str, Any] | None) -> str:
             "### Scale-out",
             "",
             f"`{scale['command']}` at `{scale['commit']}` "
-            "(`bench/results/scale_out_issue21.json`): worker CPU per event with 2 workers / "
+            f"(`{scale_path}`): worker CPU per event with 2 workers / "
             f"1 worker = **{scale['cpu_per_event_ratio_2_to_1']}** "
             f"(`cpu_per_event_ratio_2_to_1`); findings identical: {scale['findings_identical']}.",
             "",
@@ -139,6 +144,14 @@ def render(data: dict[str, Any], scale: dict[str, Any] | None) -> str:
                 f"{r['events_valid_per_worker']} |"
                 for r in scale["runs"]
             ),
+        ]
+    if pool is not None:
+        lines += [
+            "",
+            f"Pooled over {len(pool['rounds'])} rounds (`{pool['command']}`): 2 workers / 1 worker "
+            f"= **{pool['pooled_ratio_2_to_1']}**, 90% bootstrap interval "
+            f"{pool['interval_90'][0]}-{pool['interval_90'][1]}, median round "
+            f"{pool['median_round_ratio']}; within 10%: {pool['verdict']}.",
         ]
     lines += [
         "",
@@ -187,12 +200,20 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--inputs", type=Path, default=ROOT / INPUTS_JSON)
     ap.add_argument("--scale-out", type=Path, default=ROOT / "bench/results/scale_out_issue21.json")
+    ap.add_argument(
+        "--scale-out-pool",
+        type=Path,
+        help="bench/scale_out_pool.py --json output: rounds of several files, with an interval",
+    )
     ap.add_argument("--doc", type=Path, default=ROOT / "docs/capacity.md")
     args = ap.parse_args()
     data = json.loads(args.inputs.read_text())
     scale = json.loads(args.scale_out.read_text()) if args.scale_out.exists() else None
+    pool = json.loads(args.scale_out_pool.read_text()) if args.scale_out_pool else None
+    shown = args.scale_out.resolve()
+    shown_path = str(shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown.name)
     doc = args.doc.read_text()
-    block = f"{BEGIN}\n{render(data, scale)}\n{END}"
+    block = f"{BEGIN}\n{render(data, scale, shown_path, pool)}\n{END}"
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     if not pattern.search(doc):
         raise SystemExit(f"{args.doc}: no generated block ({BEGIN} ... {END})")

@@ -36,7 +36,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, astuple, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +125,44 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class CpuSplit:
+    """Where a process's CPU went: user or kernel, its main thread or the others (faust runs
+    the consumer on a thread of its own), and how often it was switched out. Two workers that
+    cost more per event than one must pay it somewhere; this says where."""
+
+    user_s: float
+    system_s: float
+    main_thread_s: float
+    other_threads_s: float
+    voluntary_switches: int
+    involuntary_switches: int
+
+    @classmethod
+    def read(cls, pid: int) -> CpuSplit:
+        tick = os.sysconf("SC_CLK_TCK")
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        main = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        status = dict(
+            line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        )
+        user, system = int(stat[11]) / tick, int(stat[12]) / tick
+        main_s = (int(main[11]) + int(main[12])) / tick
+        return cls(
+            user_s=user,
+            system_s=system,
+            main_thread_s=main_s,
+            other_threads_s=user + system - main_s,
+            voluntary_switches=int(status["voluntary_ctxt_switches"]),
+            involuntary_switches=int(status["nonvoluntary_ctxt_switches"]),
+        )
+
+    def minus(self, before: CpuSplit) -> CpuSplit:
+        return CpuSplit(
+            *(round(a - b, 2) for a, b in zip(astuple(self), astuple(before), strict=True))
+        )
 
 
 _PORT = re.compile(r"worker metrics on port (\d+)")
@@ -222,6 +260,7 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
         again0 = [worker_counter(p, "rankscope_worker_events_parsed_again") for p in logs]
         base = stored(client, cfg.database)
         cpu0 = [cpu_seconds(p) for p in pids]
+        split0 = [CpuSplit.read(p) for p in pids]
         sink0 = cpu_seconds(pipeline.sink.proc.pid) if pipeline.sink.proc else 0.0
         t0 = time.perf_counter()
         publish(bootstrap, tag, load.events)
@@ -233,6 +272,7 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
         e2e_s = time.perf_counter() - t0
         pipeline.wait_drained(timeout_s=300)
         cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+        split = [CpuSplit.read(p).minus(b) for p, b in zip(pids, split0, strict=True)]
         window_s = time.perf_counter() - t0
         sink_cpu = (cpu_seconds(pipeline.sink.proc.pid) if pipeline.sink.proc else 0.0) - sink0
         # what each worker costs with nothing to read (timers, fetch polls, heartbeats): a
@@ -267,6 +307,7 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
         "worker_cpu_seconds": [round(c, 2) for c in cpu],
         "worker_cpu_seconds_total": round(total_cpu, 2),
         "worker_cpu_us_per_event": round(total_cpu / n * 1e6, 2),
+        "worker_cpu_split": [asdict(s) for s in split],
         "events_per_worker_cpu_second": round(n / total_cpu),
         "cpu_window_seconds": round(window_s, 2),
         "worker_idle_cpu_per_second": [round(r, 4) for r in idle],
@@ -311,7 +352,9 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=8)
     ap.add_argument("--duration", type=float, default=60.0)
     ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=1, help="1-worker/2-worker pairs, alternated")
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="1-worker/2-worker pairs, in the order 1-2, 2-1, ..."
+    )
     ap.add_argument("--bootstrap")
     ap.add_argument("--clickhouse-url")
     ap.add_argument("--json", type=Path, help="also write the figures here")
@@ -326,8 +369,10 @@ def main() -> int:
     print(f"load: {len(load.events):,} events, {args.jobs} jobs x {args.ranks // args.jobs} ranks")
     runs: list[dict[str, Any]] = []
     with endpoints(args, home) as (bootstrap, ch_url):
-        for _ in range(args.rounds):
-            for workers in (1, 2):
+        for i in range(args.rounds):
+            # 1, 2 then 2, 1: a machine that speeds up or slows down over the session (it does,
+            # by 15% over five rounds here) would otherwise favour whichever count runs second
+            for workers in (1, 2) if i % 2 == 0 else (2, 1):
                 r = run(bootstrap, ch_url, home, load, workers)
                 print(
                     f"{workers} worker(s): {r['events_per_s']:,} events/s, worker CPU "
@@ -337,6 +382,13 @@ def main() -> int:
                     f"events per worker {r['events_valid_per_worker']}, "
                     f"{r['detections']} detections, {r['incidents']} incidents"
                 )
+                for w, sp in enumerate(r["worker_cpu_split"]):
+                    print(
+                        f"  worker {w}: user {sp['user_s']} s, system {sp['system_s']} s; main "
+                        f"thread {sp['main_thread_s']} s, other threads {sp['other_threads_s']} "
+                        f"s; switches {sp['voluntary_switches']:,} voluntary, "
+                        f"{sp['involuntary_switches']:,} involuntary"
+                    )
                 runs.append(r)
     one = [r for r in runs if r["workers"] == 1]
     two = [r for r in runs if r["workers"] == 2]
@@ -352,6 +404,19 @@ def main() -> int:
         for w, rs in ((1, one), (2, two))
     }
     net_ratio = net[2] / net[1]
+    # the same CPU, split: which part grows when the events are shared by two workers
+    split_per_event = {
+        w: {
+            key: round(
+                sum(sp[key] for r in rs for sp in r["worker_cpu_split"])
+                / sum(r["events"] for r in rs)
+                * (1e6 if key.endswith("_s") else 1e3),
+                2,
+            )
+            for key in asdict(CpuSplit(0, 0, 0, 0, 0, 0))
+        }
+        for w, rs in ((1, one), (2, two))
+    }
     figures = {
         "command": "bench/scale_out.py " + " ".join(sys.argv[1:]),
         "commit": git_commit(),
@@ -368,6 +433,8 @@ def main() -> int:
         "acceptance_within_10_percent": ratio <= 1.10,
         # each worker's idle cost over its window taken out: the per-event part alone
         "cpu_per_event_ratio_2_to_1_net_of_idle": round(net_ratio, 3),
+        # us per event for the seconds, per 1,000 events for the context switches
+        "worker_cpu_split_per_event": split_per_event,
         "findings_identical": identical,
         "detections": one[0]["detections"],
         "incidents": one[0]["incidents"],
@@ -377,6 +444,8 @@ def main() -> int:
         f"({'MET' if ratio <= 1.10 else 'NOT MET'}: within 10%); net of each worker's idle "
         f"cost: {net_ratio:.3f}; findings identical: {identical}"
     )
+    for w in (1, 2):
+        print(f"  {w} worker(s), per event (us; switches per 1,000 events): {split_per_event[w]}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n")
