@@ -51,8 +51,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=30.0, help="idle time sampled")
     ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument(
+        "--fetch-max-wait-ms",
+        type=int,
+        help="the worker's fetch wait (RANKSCOPE_WORKER_FETCH_MAX_WAIT_MS; default: the worker's)",
+    )
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
+    env = {"RANKSCOPE_METRICS_PORT": "0"}
+    if args.fetch_max_wait_ms is not None:
+        env["RANKSCOPE_WORKER_FETCH_MAX_WAIT_MS"] = str(args.fetch_max_wait_ms)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     home = Path(tempfile.mkdtemp(prefix="rankscope-idle-"))
     spy = str(Path(sys.executable).with_name("py-spy"))
@@ -67,7 +75,7 @@ def main() -> int:
             home=home / tag,
             workers=1,
             actuators=False,
-            env={"RANKSCOPE_METRICS_PORT": "0"},
+            env=env,
         )
         create_pipeline_topics(eps.kafka_bootstrap, cfg.topics, partitions=args.partitions)
         migrate(connect(eps.clickhouse_url), cfg.database)
@@ -103,6 +111,7 @@ def main() -> int:
             "command": "bench/idle_worker.py " + " ".join(sys.argv[1:]),
             "commit": git_commit(),
             "partitions": args.partitions,
+            "fetch_max_wait_ms": args.fetch_max_wait_ms,
             "seconds": args.seconds,
             "cpu_seconds_per_second": round(cpu_per_s, 4),
             "cpu_split": split.__dict__,
