@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -114,7 +115,7 @@ def main() -> int:
             "fetch_max_wait_ms": args.fetch_max_wait_ms,
             "seconds": args.seconds,
             "cpu_seconds_per_second": round(cpu_per_s, 4),
-            "cpu_split": split.__dict__,
+            "cpu_split": asdict(split),
             "samples": total,
             "share_by_thread": {n: round(c / total, 3) for n, c in per_thread.most_common()},
             "top_stacks": {k: round(c / total, 3) for k, c in per_leaf.most_common(12)},

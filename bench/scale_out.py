@@ -36,7 +36,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, astuple, dataclass
+from dataclasses import asdict, astuple, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +121,6 @@ def build_load(ranks: int, jobs: int, duration_s: float, partitions: int, tag: s
     return Load(cases, events, partitions)
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @dataclass(frozen=True)
 class CpuSplit:
     """Where a process's CPU went: user or kernel, its main thread or the others (faust runs
@@ -163,6 +157,12 @@ class CpuSplit:
         return CpuSplit(
             *(round(a - b, 2) for a, b in zip(astuple(self), astuple(before), strict=True))
         )
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    split = CpuSplit.read(pid)
+    return split.user_s + split.system_s
 
 
 _PORT = re.compile(r"worker metrics on port (\d+)")
@@ -413,7 +413,7 @@ def main() -> int:
                 * (1e6 if key.endswith("_s") else 1e3),
                 2,
             )
-            for key in asdict(CpuSplit(0, 0, 0, 0, 0, 0))
+            for key in (f.name for f in fields(CpuSplit))
         }
         for w, rs in ((1, one), (2, two))
     }
