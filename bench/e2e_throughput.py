@@ -114,17 +114,20 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 @contextlib.contextmanager
-def sampled(pid: int | None, out: Path | None) -> Iterator[None]:
+def sampled(
+    pid: int | None, out: Path | None, *, rate: int = 100, threads: bool = False
+) -> Iterator[None]:
     """py-spy samples ``pid`` while the block runs (nothing when ``out`` is None). Non-blocking
-    sampling: the worker is never paused, so the profile costs it (almost) no time."""
+    sampling: the worker is never paused, so the profile costs it (almost) no time. ``threads``:
+    each stack starts with its thread's id and name."""
     if out is None or pid is None:
         yield
         return
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "100", "--nonblocking",
-         "--output", str(out)],
+        [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate), "--nonblocking",
+         "--output", str(out), *(["--threads"] if threads else [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,11 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.scale_out import CpuSplit, git_commit, publish, warm_events
-from rankscope.kafka_admin import create_pipeline_topics
-from rankscope.pipeline import Pipeline, PipelineConfig
-from rankscope.services import local_services
-from rankscope.sinks.clickhouse import connect, migrate
+from bench.e2e_throughput import sampled
+from bench.scale_out import CpuSplit, endpoints, git_commit, warmed_pipeline
 
 
 def threads_of(folded: Path) -> tuple[Counter[str], Counter[str]]:
@@ -57,47 +53,28 @@ def main() -> int:
         type=int,
         help="the worker's fetch wait (RANKSCOPE_WORKER_FETCH_MAX_WAIT_MS; default: the worker's)",
     )
+    ap.add_argument("--bootstrap", help="a running Kafka (default: the local services)")
+    ap.add_argument("--clickhouse-url", help="a running ClickHouse (with --bootstrap)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
-    env = {"RANKSCOPE_METRICS_PORT": "0"}
+    env = {}
     if args.fetch_max_wait_ms is not None:
         env["RANKSCOPE_WORKER_FETCH_MAX_WAIT_MS"] = str(args.fetch_max_wait_ms)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     home = Path(tempfile.mkdtemp(prefix="rankscope-idle-"))
-    spy = str(Path(sys.executable).with_name("py-spy"))
     folded = home / "idle.folded"
-    with local_services(home / "services", None, None) as eps:
-        tag = f"idle{os.urandom(3).hex()}"
-        cfg = PipelineConfig(
-            bootstrap=eps.kafka_bootstrap,
-            clickhouse_url=eps.clickhouse_url,
-            topic_prefix=tag,
-            database=tag,
-            home=home / tag,
-            workers=1,
-            actuators=False,
-            env=env,
-        )
-        create_pipeline_topics(eps.kafka_bootstrap, cfg.topics, partitions=args.partitions)
-        migrate(connect(eps.clickhouse_url), cfg.database)
-        with Pipeline(cfg) as pipeline:
-            pipeline.wait_ready(timeout_s=180)
-            publish(eps.kafka_bootstrap, tag, warm_events(tag, args.partitions))
-            pipeline.wait_drained(timeout_s=300)
-            time.sleep(5)  # the last commits and snapshots of the warm-up
-            proc = pipeline.workers[0].proc
-            assert proc is not None
-            before = CpuSplit.read(proc.pid)
-            sampler = subprocess.Popen(
-                [spy, "record", "--pid", str(proc.pid), "--format", "raw", "--rate", "250",
-                 "--nonblocking", "--threads", "--output", str(folded)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
+    tag = f"idle{os.urandom(3).hex()}"
+    with (
+        endpoints(args, home) as (bootstrap, ch_url),
+        warmed_pipeline(bootstrap, ch_url, home, tag, 1, args.partitions, env) as pipeline,
+    ):
+        time.sleep(5)  # the last commits and snapshots of the warm-up
+        proc = pipeline.workers[0].proc
+        assert proc is not None
+        before = CpuSplit.read(proc.pid)
+        with sampled(proc.pid, folded, rate=250, threads=True):
             time.sleep(args.seconds)
-            sampler.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-            sampler.wait(timeout=60)
-            split = CpuSplit.read(proc.pid).minus(before)
+        split = CpuSplit.read(proc.pid).minus(before)
     per_thread, per_leaf = threads_of(folded)
     total = sum(per_thread.values()) or 1
     cpu_per_s = (split.user_s + split.system_s) / args.seconds

@@ -232,8 +232,18 @@ def warm_events(tag: str, jobs: int) -> list[Event]:
     return list(heapq.merge(*streams, key=lambda e: e.ts))
 
 
-def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> dict[str, Any]:
-    tag = f"so{workers}w{uuid.uuid4().hex[:6]}"
+@contextlib.contextmanager
+def warmed_pipeline(
+    bootstrap: str,
+    ch_url: str,
+    home: Path,
+    tag: str,
+    workers: int,
+    partitions: int,
+    env: dict[str, str] | None = None,
+) -> Iterator[Pipeline]:
+    """A fresh deployment (its own topics and database) with ``workers`` stream workers, warmed
+    with small jobs on every partition and drained: what a measurement starts from."""
     cfg = PipelineConfig(
         bootstrap=bootstrap,
         clickhouse_url=ch_url,
@@ -242,37 +252,43 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
         home=home / tag,
         workers=workers,
         actuators=False,
-        env={"RANKSCOPE_METRICS_PORT": "0"},
+        env={"RANKSCOPE_METRICS_PORT": "0", **(env or {})},
     )
-    create_pipeline_topics(bootstrap, cfg.topics, partitions=load.partitions)
-    client = connect(ch_url)
-    migrate(client, cfg.database)
-    n = len(load.events)
+    create_pipeline_topics(bootstrap, cfg.topics, partitions=partitions)
+    migrate(connect(ch_url), cfg.database)
     with Pipeline(cfg) as pipeline:
         pipeline.wait_ready(timeout_s=180)
-        publish(bootstrap, tag, warm_events(tag, load.partitions))
+        publish(bootstrap, tag, warm_events(tag, partitions))
         pipeline.wait_drained(timeout_s=300)
+        yield pipeline
+
+
+def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> dict[str, Any]:
+    tag = f"so{workers}w{uuid.uuid4().hex[:6]}"
+    client = connect(ch_url)
+    n = len(load.events)
+    with warmed_pipeline(bootstrap, ch_url, home, tag, workers, load.partitions) as pipeline:
+        db, raw_topic = pipeline.config.database, pipeline.config.topics.raw
         pids = [w.proc.pid for w in pipeline.workers if w.proc is not None]
         logs = [w.log_path for w in pipeline.workers]
         log_marks = [p.stat().st_size for p in logs]
         valid0 = [worker_counter(p, "rankscope_worker_events_valid") for p in logs]
         windows0 = [worker_counter(p, "rankscope_worker_window_records_in") for p in logs]
         again0 = [worker_counter(p, "rankscope_worker_events_parsed_again") for p in logs]
-        base = stored(client, cfg.database)
-        cpu0 = [cpu_seconds(p) for p in pids]
+        base = stored(client, db)
         split0 = [CpuSplit.read(p) for p in pids]
         sink0 = cpu_seconds(pipeline.sink.proc.pid) if pipeline.sink.proc else 0.0
         t0 = time.perf_counter()
         publish(bootstrap, tag, load.events)
         deadline = time.monotonic() + 900
-        while stored(client, cfg.database) - base < n:
+        while stored(client, db) - base < n:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{workers} worker(s): not all {n} events stored in 900 s")
             time.sleep(0.2)
         e2e_s = time.perf_counter() - t0
         pipeline.wait_drained(timeout_s=300)
-        cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
         split = [CpuSplit.read(p).minus(b) for p, b in zip(pids, split0, strict=True)]
+        cpu = [s.user_s + s.system_s for s in split]
         window_s = time.perf_counter() - t0
         sink_cpu = (cpu_seconds(pipeline.sink.proc.pid) if pipeline.sink.proc else 0.0) - sink0
         # what each worker costs with nothing to read (timers, fetch polls, heartbeats): a
@@ -295,8 +311,8 @@ def run(bootstrap: str, ch_url: str, home: Path, load: Load, workers: int) -> di
             for p, v in zip(logs, again0, strict=True)
         ]
         tails = [p.read_text(errors="replace")[m:] for p, m in zip(logs, log_marks, strict=True)]
-        found = findings(client, cfg.database)
-    raw_per_partition = partition_records(bootstrap, cfg.topics.raw, load.partitions)
+        found = findings(client, db)
+    raw_per_partition = partition_records(bootstrap, raw_topic, load.partitions)
     total_cpu = sum(cpu)
     return {
         "workers": workers,

@@ -102,6 +102,7 @@ def main() -> int:
             f"2 workers {p.two_cpu_s / p.events * 1e6:.2f}: {p.ratio:.3f}"
         )
     ratio = pooled(pairs)
+    median = statistics.median(p.ratio for p in pairs)
     lo, hi = interval(pairs)
     verdict = (
         "established"
@@ -113,7 +114,7 @@ def main() -> int:
     print(
         f"{len(pairs)} rounds, commits {sorted({p.commit for p in pairs})}: pooled 2/1 ratio "
         f"{ratio:.3f}, 90% bootstrap interval {lo:.3f}-{hi:.3f}, median round "
-        f"{statistics.median(p.ratio for p in pairs):.3f}; within {BOUND - 1:.0%}: {verdict}"
+        f"{median:.3f}; within {BOUND - 1:.0%}: {verdict}"
     )
     net = pooled_net_of_idle(pairs)
     if net is not None:
@@ -127,7 +128,7 @@ def main() -> int:
             ],
             "pooled_ratio_2_to_1": round(ratio, 3),
             "interval_90": [round(lo, 3), round(hi, 3)],
-            "median_round_ratio": round(statistics.median(p.ratio for p in pairs), 3),
+            "median_round_ratio": round(median, 3),
             "pooled_ratio_2_to_1_net_of_idle": None if net is None else round(net, 3),
             "verdict": verdict,
         }
