@@ -14,6 +14,8 @@ import os
 import secrets
 from pathlib import Path
 
+from rankscope.secret_files import create_secret_file
+
 log = logging.getLogger("rankscope.redaction")
 
 _MIN_KEY_BYTES = 16
@@ -27,17 +29,14 @@ def load_key(env_var: str, key_file: Path | None, *, create: bool = False) -> by
     elif key_file is not None and key_file.exists():
         key = key_file.read_bytes().strip()
     elif key_file is not None and create:
-        key_file.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
-        log.warning(
-            "created a new redaction key in %s; give every worker the same key (%s) so that "
-            "hashed values join across workers",
-            key_file,
-            env_var,
-        )
-        key = key_file.read_bytes().strip()
+        if create_secret_file(key_file, secrets.token_hex(32)):
+            log.warning(
+                "created a new redaction key in %s; give every worker the same key (%s) so "
+                "that hashed values join across workers",
+                key_file,
+                env_var,
+            )
+        key = key_file.read_bytes().strip()  # ours, or the one a racing process created
     else:
         return None
     if len(key) < _MIN_KEY_BYTES:

@@ -25,7 +25,6 @@ rather than quoted, so no statement is built from a hostile name.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import secrets
 from collections.abc import Iterable
@@ -38,6 +37,8 @@ from clickhouse_connect.driver.client import Client
 from clickhouse_connect.driver.exceptions import DatabaseError
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rankscope.secret_files import create_secret_file
 
 RoleName = Literal["writer", "reader"]
 ENV_PREFIX = "RANKSCOPE_CLICKHOUSE_"
@@ -334,18 +335,8 @@ def local_users(directory: Path, create: bool = True) -> dict[RoleName, User]:
 
 
 def _create_secret(path: Path) -> None:
-    """A new random password, written atomically (a racing process's file wins)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_urlsafe(24) + "\n")
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
+    """A new random password at ``path`` (a racing process's file wins)."""
+    create_secret_file(path, secrets.token_urlsafe(24))
 
 
 def local_env(directory: Path, roles: Iterable[RoleName]) -> dict[str, str]:

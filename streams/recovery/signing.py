@@ -26,6 +26,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from rankscope.secret_files import create_secret_file
+
 log = logging.getLogger("rankscope.recovery")
 
 KEY_ENV = "RANKSCOPE_RECOVERY_KEY"
@@ -114,17 +116,6 @@ def load_keyring(key_file: Path | None, create: bool = True) -> Keyring:
 
 
 def _create(path: Path) -> None:
-    """Write a new key atomically: a complete file appears under ``path`` or none (another
-    process that races us wins, and we read its key)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32) + "\n")
-    try:
-        os.link(tmp, path)
+    """A new key at ``path``, whole, unless a racing process's key got there first."""
+    if create_secret_file(path, secrets.token_hex(32)):
         log.warning("created a new recovery signing key in %s (0600)", path)
-    except FileExistsError:
-        pass
-    finally:
-        tmp.unlink()
