@@ -362,50 +362,10 @@ def git_commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--ranks", type=int, default=512)
-    ap.add_argument("--jobs", type=int, default=8)
-    ap.add_argument("--duration", type=float, default=60.0)
-    ap.add_argument("--partitions", type=int, default=8)
-    ap.add_argument(
-        "--rounds", type=int, default=1, help="1-worker/2-worker pairs, in the order 1-2, 2-1, ..."
-    )
-    ap.add_argument("--bootstrap")
-    ap.add_argument("--clickhouse-url")
-    ap.add_argument("--json", type=Path, help="also write the figures here")
-    args = ap.parse_args()
-    # SIGTERM unwinds like Ctrl-C, so the stage processes and local services are stopped
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.jobs > args.partitions:
-        ap.error("--jobs must not exceed --partitions (one job per partition)")
-
-    home = Path(tempfile.mkdtemp(prefix="rankscope-scaleout-"))
-    load = build_load(args.ranks, args.jobs, args.duration, args.partitions, "so")
-    print(f"load: {len(load.events):,} events, {args.jobs} jobs x {args.ranks // args.jobs} ranks")
-    runs: list[dict[str, Any]] = []
-    with endpoints(args, home) as (bootstrap, ch_url):
-        for i in range(args.rounds):
-            # 1, 2 then 2, 1: a machine that speeds up or slows down over the session (it does,
-            # by 15% over five rounds here) would otherwise favour whichever count runs second
-            for workers in (1, 2) if i % 2 == 0 else (2, 1):
-                r = run(bootstrap, ch_url, home, load, workers)
-                print(
-                    f"{workers} worker(s): {r['events_per_s']:,} events/s, worker CPU "
-                    f"{r['worker_cpu_seconds']} s = {r['worker_cpu_us_per_event']} us/event "
-                    f"({r['worker_cpu_us_per_event_net_of_idle']} net of idle at "
-                    f"{r['worker_idle_cpu_per_second']} CPU s/s), "
-                    f"events per worker {r['events_valid_per_worker']}, "
-                    f"{r['detections']} detections, {r['incidents']} incidents"
-                )
-                for w, sp in enumerate(r["worker_cpu_split"]):
-                    print(
-                        f"  worker {w}: user {sp['user_s']} s, system {sp['system_s']} s; main "
-                        f"thread {sp['main_thread_s']} s, other threads {sp['other_threads_s']} "
-                        f"s; switches {sp['voluntary_switches']:,} voluntary, "
-                        f"{sp['involuntary_switches']:,} involuntary"
-                    )
-                runs.append(r)
+def summarise(
+    runs: list[dict[str, Any]], args: argparse.Namespace, load: Load, complete: bool
+) -> dict[str, Any]:
+    """The figures of the pairs run so far (``complete`` once every round has run)."""
     one = [r for r in runs if r["workers"] == 1]
     two = [r for r in runs if r["workers"] == 2]
     identical = all(r["_findings"] == one[0]["_findings"] for r in runs)
@@ -454,7 +414,69 @@ def main() -> int:
         "findings_identical": identical,
         "detections": one[0]["detections"],
         "incidents": one[0]["incidents"],
+        "complete": complete,
     }
+    return figures
+
+
+def write(path: Path | None, figures: dict[str, Any]) -> None:
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2) + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--ranks", type=int, default=512)
+    ap.add_argument("--jobs", type=int, default=8)
+    ap.add_argument("--duration", type=float, default=60.0)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument(
+        "--rounds", type=int, default=1, help="1-worker/2-worker pairs, in the order 1-2, 2-1, ..."
+    )
+    ap.add_argument("--bootstrap")
+    ap.add_argument("--clickhouse-url")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    # SIGTERM unwinds like Ctrl-C, so the stage processes and local services are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.jobs > args.partitions:
+        ap.error("--jobs must not exceed --partitions (one job per partition)")
+
+    home = Path(tempfile.mkdtemp(prefix="rankscope-scaleout-"))
+    load = build_load(args.ranks, args.jobs, args.duration, args.partitions, "so")
+    print(f"load: {len(load.events):,} events, {args.jobs} jobs x {args.ranks // args.jobs} ranks")
+    runs: list[dict[str, Any]] = []
+    with endpoints(args, home) as (bootstrap, ch_url):
+        for i in range(args.rounds):
+            # 1, 2 then 2, 1: a machine that speeds up or slows down over the session (it does,
+            # by 15% over five rounds here) would otherwise favour whichever count runs second
+            for workers in (1, 2) if i % 2 == 0 else (2, 1):
+                r = run(bootstrap, ch_url, home, load, workers)
+                print(
+                    f"{workers} worker(s): {r['events_per_s']:,} events/s, worker CPU "
+                    f"{r['worker_cpu_seconds']} s = {r['worker_cpu_us_per_event']} us/event "
+                    f"({r['worker_cpu_us_per_event_net_of_idle']} net of idle at "
+                    f"{r['worker_idle_cpu_per_second']} CPU s/s), "
+                    f"events per worker {r['events_valid_per_worker']}, "
+                    f"{r['detections']} detections, {r['incidents']} incidents"
+                )
+                for w, sp in enumerate(r["worker_cpu_split"]):
+                    print(
+                        f"  worker {w}: user {sp['user_s']} s, system {sp['system_s']} s; main "
+                        f"thread {sp['main_thread_s']} s, other threads {sp['other_threads_s']} "
+                        f"s; switches {sp['voluntary_switches']:,} voluntary, "
+                        f"{sp['involuntary_switches']:,} involuntary"
+                    )
+                runs.append(r)
+            # each finished pair on disk: a run that fails later loses no round
+            write(args.json, summarise(runs, args, load, complete=False))
+    figures = summarise(runs, args, load, complete=True)
+    write(args.json, figures)
+    ratio = figures["cpu_per_event_ratio_2_to_1"]
+    net_ratio = figures["cpu_per_event_ratio_2_to_1_net_of_idle"]
+    identical = figures["findings_identical"]
+    split_per_event = figures["worker_cpu_split_per_event"]
     print(
         f"CPU per event, 2 workers / 1 worker: {ratio:.3f} "
         f"({'MET' if ratio <= 1.10 else 'NOT MET'}: within 10%); net of each worker's idle "
@@ -462,9 +484,6 @@ def main() -> int:
     )
     for w in (1, 2):
         print(f"  {w} worker(s), per event (us; switches per 1,000 events): {split_per_event[w]}")
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(figures, indent=2) + "\n")
     return 0
 
 
