@@ -327,16 +327,11 @@ def local_users(directory: Path, create: bool = True) -> dict[RoleName, User]:
         if not path.exists():
             if not create:
                 continue
-            _create_secret(path)
+            create_secret_file(path, secrets.token_urlsafe(24))  # a racing process's wins
         out[role.name] = User(
             role=role, name=role.default_user, password=SecretStr(path.read_text().strip())
         )
     return out
-
-
-def _create_secret(path: Path) -> None:
-    """A new random password at ``path`` (a racing process's file wins)."""
-    create_secret_file(path, secrets.token_urlsafe(24))
 
 
 def local_env(directory: Path, roles: Iterable[RoleName]) -> dict[str, str]:

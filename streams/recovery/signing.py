@@ -110,12 +110,6 @@ def load_keyring(key_file: Path | None, create: bool = True) -> Keyring:
     path = Path(os.environ[KEY_FILE_ENV]) if os.environ.get(KEY_FILE_ENV) else key_file
     if path is None:
         raise ValueError(f"set {KEY_ENV} or {KEY_FILE_ENV}: recovery decisions must be signed")
-    if not path.exists() and create:
-        _create(path)
-    return parse_keys(path.read_text(encoding="utf-8"))
-
-
-def _create(path: Path) -> None:
-    """A new key at ``path``, whole, unless a racing process's key got there first."""
-    if create_secret_file(path, secrets.token_hex(32)):
+    if not path.exists() and create and create_secret_file(path, secrets.token_hex(32)):
         log.warning("created a new recovery signing key in %s (0600)", path)
+    return parse_keys(path.read_text(encoding="utf-8"))
